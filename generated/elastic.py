@@ -5,7 +5,7 @@
 # model:       elastic, declared at spec/library.yaml:261
 # doc:
 #   Linear isotropic elasticity (E, nu)
-# spec hash:   b65d2da76f9bc59064f2dc52009cd960c35d87c9d670e0409f61fd57336132c3
+# spec hash:   9a5c49140df34b34b639f00035b69d3be611e11e87bf52218ab221cbdb12cc7a
 # layout:      X (B, 6) inputs, P (B or 1, 2) parameters, Y (B, 6) outputs,
 #              J (B, 6, 6) d outputs / d inputs, status (B,) x 3; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -590,7 +590,7 @@ class Model(CompiledModel):
 
     NAME = 'elastic'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = 'b65d2da76f9bc59064f2dc52009cd960c35d87c9d670e0409f61fd57336132c3'
+    SPEC_HASH = '9a5c49140df34b34b639f00035b69d3be611e11e87bf52218ab221cbdb12cc7a'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
     )

@@ -5,7 +5,7 @@
 # model:       gtn, declared at spec/library.yaml:310
 # doc:
 #   Gurson-Tvergaard-Needleman porous plasticity, rate independent, linear isotropic hardening (E, nu, sigma_y, K, q1, q2, q3, phi0); NEML2's coupled system of 9 unknowns
-# spec hash:   b65d2da76f9bc59064f2dc52009cd960c35d87c9d670e0409f61fd57336132c3
+# spec hash:   9a5c49140df34b34b639f00035b69d3be611e11e87bf52218ab221cbdb12cc7a
 # layout:      X (B, 16) inputs, P (B or 1, 8) parameters, Y (B, 15) outputs,
 #              J (B, 15, 16) d outputs / d inputs, status (B,) x 3; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -80,190 +80,189 @@ def _torch_newton_1(
         ncse_11 = (ncse_10 + ncse_9)
         ncse_12 = (-ncse_11 + (2.0 * p_E * ncse_0 * ncse_7))
         ncse_14 = (p_q2 * ncse_13)
-        ncse_15 = torch.clamp(state_internal_phi, min=0.0)
-        ncse_16 = (ncse_0 * ncse_8)
-        ncse_17 = (2.0 * p_nu)
-        ncse_18 = (1.0 / (1.0 - ncse_17))
-        ncse_19 = (ncse_18 * ncse_8)
-        ncse_20 = (p_nu * ncse_19)
-        ncse_21 = (ncse_20 * (ncse_0 + ncse_1 + ncse_2))
-        ncse_22 = (ncse_11 + ncse_16 + (3.0 * ncse_21))
-        ncse_23 = (0.5 * ncse_22)
-        ncse_24 = (ncse_14 * ncse_23)
-        ncse_25 = torch.sinh(ncse_24)
-        ncse_26 = (p_q1 * ncse_25)
-        ncse_27 = (ncse_15 * ncse_26)
-        ncse_28 = (ncse_14 * ncse_27)
-        ncse_29 = (ncse_28 + (ncse_12 * ncse_5))
-        ncse_30 = (ncse_29 * state_internal_gamma_rate)
-        ncse_31 = (-ncse_10 - ncse_16 + (2.0 * p_E * ncse_1 * ncse_7))
-        ncse_32 = (ncse_28 + (ncse_31 * ncse_5))
-        ncse_33 = (ncse_32 * state_internal_gamma_rate)
-        ncse_34 = (-ncse_16 - ncse_9 + (2.0 * p_E * ncse_2 * ncse_7))
-        ncse_35 = (ncse_28 + (ncse_34 * ncse_5))
-        ncse_36 = (ncse_35 * state_internal_gamma_rate)
-        ncse_37 = (-state_internal_Ep_3)
-        ncse_38 = (forces_E_3 + ncse_37)
-        ncse_39 = (ncse_3 * state_internal_gamma_rate)
-        ncse_40 = (3.0 * ncse_5)
-        ncse_41 = (ncse_40 * ncse_8)
-        ncse_42 = (ncse_39 * ncse_41)
-        ncse_43 = (-state_internal_Ep_4)
-        ncse_44 = (forces_E_4 + ncse_43)
-        ncse_45 = (-state_internal_Ep_5)
-        ncse_46 = (forces_E_5 + ncse_45)
-        ncse_47 = (p_q2 * ncse_27)
-        ncse_48 = (ncse_47 * ncse_5)
-        ncse_49 = ((p_E * p_E) * (ncse_7 * ncse_7))
-        ncse_50 = (1.5 * ncse_49)
-        ncse_51 = (0.3333333333333333 * ncse_16)
-        ncse_52 = (0.3333333333333333 * ncse_9)
-        ncse_53 = (0.3333333333333333 * ncse_10)
-        ncse_163 = (-ncse_51 - ncse_52 + (0.6666666666666666 * p_E * ncse_2 * ncse_7))
-        ncse_164 = (-ncse_51 - ncse_53 + (0.6666666666666666 * p_E * ncse_1 * ncse_7))
-        ncse_165 = (-ncse_52 - ncse_53 + (0.6666666666666666 * p_E * ncse_0 * ncse_7))
-        ncse_54 = ((1.5 * (ncse_163 * ncse_163)) + (1.5 * (ncse_164 * ncse_164)) + (1.5 * (ncse_165 * ncse_165)) + (ncse_50 * (ncse_38 * ncse_38)) + (ncse_50 * (ncse_44 * ncse_44)) + (ncse_50 * (ncse_46 * ncse_46)))
-        ncse_55 = (ncse_13 * ncse_13 * ncse_13)
-        ncse_56 = (2.0 * ncse_55)
-        ncse_57 = ((ncse_22 * ncse_48) + (ncse_54 * ncse_56))
-        ncse_58 = (1.0 - state_internal_phi)
-        ncse_59 = (ncse_30 + ncse_33 + ncse_36)
-        ncse_60 = (2.0 * ncse_15)
-        ncse_61 = torch.cosh(ncse_24)
-        ncse_62 = (p_q1 * ncse_61)
-        ncse_63 = (-1.0 + (ncse_5 * ncse_54) + (ncse_60 * ncse_62) - (p_q3 * (ncse_15 * ncse_15)))
-        ncse_64 = (1.0 / (p_sigma_y * p_sigma_y))
-        ncse_65 = (p_E * ncse_64)
-        ncse_66 = (ncse_39 * ncse_65)
-        ncse_67 = (-ncse_5)
-        ncse_68 = (ncse_15 * ncse_62 * (p_q2 * p_q2))
-        ncse_69 = (0.5 * ncse_68)
-        ncse_70 = (ncse_5 * ncse_69)
-        ncse_71 = (ncse_67 + ncse_70)
-        ncse_72 = (-ncse_20 - ncse_8)
-        ncse_73 = (ncse_70 + (2.0 * ncse_5))
-        ncse_74 = ((ncse_72 * ncse_73) - (ncse_17 * ncse_19 * ncse_71))
-        ncse_75 = (-ncse_3)
-        ncse_76 = (ncse_75 * state_internal_gamma_rate)
-        ncse_77 = (1.0 + (ncse_74 * ncse_76))
-        ncse_78 = ((ncse_71 * ncse_72) - (ncse_20 * ncse_71) - (ncse_20 * ncse_73))
-        ncse_79 = (ncse_76 * ncse_78)
-        ncse_80 = (ncse_48 + (ncse_23 * ncse_55 * ncse_68))
-        ncse_81 = (ncse_80 + (ncse_12 * ncse_56))
-        ncse_82 = (-ncse_81)
-        ncse_83 = (p_K * ncse_76)
-        ncse_84 = _heaviside(state_internal_phi)
-        ncse_85 = (ncse_26 * ncse_76 * ncse_84)
-        ncse_86 = (ncse_14 * ncse_85)
-        ncse_87 = (ncse_80 + (ncse_31 * ncse_56))
-        ncse_88 = (-ncse_87)
-        ncse_89 = (ncse_80 + (ncse_34 * ncse_56))
-        ncse_90 = (-ncse_89)
-        ncse_91 = (1.0 - (ncse_41 * ncse_76))
-        ncse_92 = (6.0 * ncse_55)
-        ncse_93 = (ncse_8 * ncse_83 * ncse_92)
-        ncse_94 = (ncse_41 * ncse_75)
-        ncse_95 = (ncse_20 * ncse_89)
-        ncse_96 = (ncse_20 * ncse_87)
-        ncse_97 = (ncse_20 * ncse_81)
-        ncse_98 = (ncse_38 * ncse_49)
-        ncse_99 = (ncse_76 * ncse_92)
-        ncse_100 = (ncse_49 * ncse_99)
-        ncse_101 = (ncse_13 * ncse_13 * ncse_13 * ncse_13)
-        ncse_102 = (ncse_58 * state_internal_gamma_rate)
-        ncse_103 = (ncse_75 * ((ncse_102 * ncse_74) + (2.0 * ncse_102 * ncse_78)))
-        ncse_104 = (p_K * ncse_102)
-        ncse_105 = _heaviside((-ncse_63 - ncse_66))
-        ncse_106 = (-1.0 + ncse_105)
-        ncse_107 = (ncse_20 * ncse_35)
-        ncse_108 = (ncse_20 * ncse_32)
-        ncse_109 = (ncse_20 * ncse_29)
-        ncse_110 = (ncse_106 * ncse_40)
-        ncse_111 = (ncse_110 * ncse_49)
-        ncse_112 = torch.abs(state_internal_Ep_0)
-        ncse_113 = torch.abs(state_internal_ep)
-        ncse_114 = ((ncse_113 * torch.abs(p_K)) + torch.abs(p_sigma_y))
-        ncse_115 = torch.abs(state_internal_phi)
-        ncse_116 = (ncse_115 * torch.abs(p_q1))
-        ncse_117 = (ncse_116 * torch.abs(p_q2) * torch.abs(ncse_25))
-        ncse_118 = (ncse_117 * ((ncse_114 * torch.abs(ncse_67)) + torch.abs(ncse_13)))
-        ncse_119 = ((ncse_114 * torch.abs((-ncse_56))) + torch.abs(ncse_5))
-        ncse_120 = torch.abs(state_internal_Ep_1)
-        ncse_121 = (ncse_120 + torch.abs(forces_E_1))
-        ncse_122 = torch.abs(p_E)
-        ncse_123 = torch.abs(ncse_7)
-        ncse_124 = (ncse_122 * ncse_123)
-        ncse_125 = (ncse_121 * ncse_124)
-        ncse_126 = (ncse_112 + torch.abs(forces_E_0))
-        ncse_127 = (ncse_124 * ncse_126)
-        ncse_128 = torch.abs(state_internal_Ep_2)
-        ncse_129 = (ncse_128 + torch.abs(forces_E_2))
-        ncse_130 = (ncse_124 * ncse_129)
-        ncse_131 = (ncse_124 * (ncse_121 + ncse_126 + ncse_129) * torch.abs(p_nu) * torch.abs(ncse_18))
-        ncse_132 = (4.0 * ncse_131)
-        ncse_133 = (ncse_130 + ncse_132)
-        ncse_134 = torch.abs(state_internal_gamma_rate)
-        ncse_135 = torch.abs(ncse_3)
-        ncse_136 = (ncse_134 * ncse_135)
-        ncse_137 = (ncse_112 + (ncse_136 * (ncse_118 + (ncse_119 * (ncse_125 + ncse_133 + (2.0 * ncse_127))))) + torch.abs(old_state_internal_Ep_0))
-        ncse_138 = (ncse_120 + (ncse_136 * (ncse_118 + (ncse_119 * (ncse_127 + ncse_133 + (2.0 * ncse_125))))) + torch.abs(old_state_internal_Ep_1))
-        ncse_139 = (ncse_125 + ncse_127)
-        ncse_140 = (ncse_128 + (ncse_136 * (ncse_118 + (ncse_119 * (ncse_132 + ncse_139 + (2.0 * ncse_130))))) + torch.abs(old_state_internal_Ep_2))
-        ncse_141 = torch.abs(state_internal_Ep_3)
-        ncse_142 = (ncse_141 + torch.abs(forces_E_3))
-        ncse_143 = (3.0 * ncse_119 * ncse_124 * ncse_136)
-        ncse_144 = (ncse_141 + (ncse_142 * ncse_143) + torch.abs(old_state_internal_Ep_3))
-        ncse_145 = torch.abs(state_internal_Ep_4)
-        ncse_146 = (ncse_145 + torch.abs(forces_E_4))
-        ncse_147 = (ncse_145 + (ncse_143 * ncse_146) + torch.abs(old_state_internal_Ep_4))
-        ncse_148 = torch.abs(state_internal_Ep_5)
-        ncse_149 = (ncse_148 + torch.abs(forces_E_5))
-        ncse_150 = (ncse_148 + (ncse_143 * ncse_149) + torch.abs(old_state_internal_Ep_5))
-        ncse_151 = (1.5 * (ncse_122 * ncse_122) * (ncse_123 * ncse_123))
-        ncse_152 = (0.3333333333333333 * ncse_125)
-        ncse_153 = (1.3333333333333333 * ncse_131)
-        ncse_154 = (ncse_153 + (0.3333333333333333 * ncse_127))
-        ncse_155 = (0.3333333333333333 * ncse_130)
-        ncse_166 = (ncse_152 + ncse_154 + (0.6666666666666666 * ncse_130))
-        ncse_167 = (ncse_154 + ncse_155 + (0.6666666666666666 * ncse_125))
-        ncse_168 = (ncse_152 + ncse_153 + ncse_155 + (0.6666666666666666 * ncse_127))
-        ncse_156 = ((1.5 * (ncse_166 * ncse_166)) + (1.5 * (ncse_167 * ncse_167)) + (1.5 * (ncse_168 * ncse_168)) + (ncse_151 * (ncse_142 * ncse_142)) + (ncse_151 * (ncse_146 * ncse_146)) + (ncse_151 * (ncse_149 * ncse_149)))
-        ncse_157 = (ncse_113 + (ncse_136 * ((2.0 * ncse_156 * ((ncse_114 * torch.abs((-3.0 * ncse_101))) + torch.abs(ncse_55))) + (ncse_117 * ncse_119 * (ncse_130 + ncse_139 + (3.0 * ncse_131))))) + torch.abs(old_state_internal_ep))
-        ncse_158 = torch.abs((ncse_16 + ncse_21))
-        ncse_159 = torch.abs((ncse_21 + ncse_9))
-        ncse_160 = torch.abs((ncse_10 + ncse_21))
-        ncse_161 = (ncse_115 + (ncse_135 * (1.0 + ncse_115) * ((ncse_134 * (ncse_118 + (ncse_119 * (ncse_158 + ncse_159 + (2.0 * ncse_160))))) + (ncse_134 * (ncse_118 + (ncse_119 * (ncse_158 + ncse_160 + (2.0 * ncse_159))))) + (ncse_134 * (ncse_118 + (ncse_119 * (ncse_159 + ncse_160 + (2.0 * ncse_158))))))) + torch.abs(old_state_internal_phi))
-        ncse_162 = ((ncse_119 * ncse_156) + ((ncse_115 * ncse_115) * torch.abs(p_q3)) + (2.0 * ncse_116 * torch.abs(ncse_61)) + (ncse_122 * ncse_136 * torch.abs(ncse_64)))
-        nt1_r_0 = (state_internal_Ep_0 - old_state_internal_Ep_0 - (ncse_3 * ncse_30))
-        nt1_r_1 = (state_internal_Ep_1 - old_state_internal_Ep_1 - (ncse_3 * ncse_33))
-        nt1_r_2 = (state_internal_Ep_2 - old_state_internal_Ep_2 - (ncse_3 * ncse_36))
-        nt1_r_3 = (-ncse_37 - old_state_internal_Ep_3 - (ncse_38 * ncse_42))
-        nt1_r_4 = (-ncse_43 - old_state_internal_Ep_4 - (ncse_42 * ncse_44))
-        nt1_r_5 = (-ncse_45 - old_state_internal_Ep_5 - (ncse_42 * ncse_46))
-        nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_39 * ncse_57))
-        nt1_r_7 = (state_internal_phi - old_state_internal_phi - (ncse_3 * ncse_58 * ncse_59))
-        nt1_r_8 = _le((-ncse_63), ncse_66)
+        ncse_15 = (ncse_0 * ncse_8)
+        ncse_16 = (2.0 * p_nu)
+        ncse_17 = (1.0 / (1.0 - ncse_16))
+        ncse_18 = (ncse_17 * ncse_8)
+        ncse_19 = (p_nu * ncse_18)
+        ncse_20 = (ncse_19 * (ncse_0 + ncse_1 + ncse_2))
+        ncse_21 = (ncse_11 + ncse_15 + (3.0 * ncse_20))
+        ncse_22 = (0.5 * ncse_21)
+        ncse_23 = (ncse_14 * ncse_22)
+        ncse_24 = torch.sinh(ncse_23)
+        ncse_25 = (p_q1 * torch.clamp(state_internal_phi, min=0.0))
+        ncse_26 = (ncse_24 * ncse_25)
+        ncse_27 = (ncse_14 * ncse_26)
+        ncse_28 = (ncse_27 + (ncse_12 * ncse_5))
+        ncse_29 = (ncse_28 * state_internal_gamma_rate)
+        ncse_30 = (-ncse_10 - ncse_15 + (2.0 * p_E * ncse_1 * ncse_7))
+        ncse_31 = (ncse_27 + (ncse_30 * ncse_5))
+        ncse_32 = (ncse_31 * state_internal_gamma_rate)
+        ncse_33 = (-ncse_15 - ncse_9 + (2.0 * p_E * ncse_2 * ncse_7))
+        ncse_34 = (ncse_27 + (ncse_33 * ncse_5))
+        ncse_35 = (ncse_34 * state_internal_gamma_rate)
+        ncse_36 = (-state_internal_Ep_3)
+        ncse_37 = (forces_E_3 + ncse_36)
+        ncse_38 = (ncse_3 * state_internal_gamma_rate)
+        ncse_39 = (3.0 * ncse_5)
+        ncse_40 = (ncse_39 * ncse_8)
+        ncse_41 = (ncse_38 * ncse_40)
+        ncse_42 = (-state_internal_Ep_4)
+        ncse_43 = (forces_E_4 + ncse_42)
+        ncse_44 = (-state_internal_Ep_5)
+        ncse_45 = (forces_E_5 + ncse_44)
+        ncse_46 = (p_q2 * ncse_26)
+        ncse_47 = (ncse_46 * ncse_5)
+        ncse_48 = ((p_E * p_E) * (ncse_7 * ncse_7))
+        ncse_49 = (1.5 * ncse_48)
+        ncse_50 = (0.3333333333333333 * ncse_15)
+        ncse_51 = (0.3333333333333333 * ncse_9)
+        ncse_52 = (0.3333333333333333 * ncse_10)
+        ncse_162 = (-ncse_50 - ncse_51 + (0.6666666666666666 * p_E * ncse_2 * ncse_7))
+        ncse_163 = (-ncse_50 - ncse_52 + (0.6666666666666666 * p_E * ncse_1 * ncse_7))
+        ncse_164 = (-ncse_51 - ncse_52 + (0.6666666666666666 * p_E * ncse_0 * ncse_7))
+        ncse_53 = ((1.5 * (ncse_162 * ncse_162)) + (1.5 * (ncse_163 * ncse_163)) + (1.5 * (ncse_164 * ncse_164)) + (ncse_49 * (ncse_37 * ncse_37)) + (ncse_49 * (ncse_43 * ncse_43)) + (ncse_49 * (ncse_45 * ncse_45)))
+        ncse_54 = (ncse_13 * ncse_13 * ncse_13)
+        ncse_55 = (2.0 * ncse_54)
+        ncse_56 = ((ncse_21 * ncse_47) + (ncse_53 * ncse_55))
+        ncse_57 = (1.0 - state_internal_phi)
+        ncse_58 = (ncse_29 + ncse_32 + ncse_35)
+        ncse_59 = torch.cosh(ncse_23)
+        ncse_60 = (2.0 * ncse_59)
+        ncse_61 = (-1.0 + (ncse_25 * ncse_60) + (ncse_5 * ncse_53) - (p_q3 * (state_internal_phi * state_internal_phi)))
+        ncse_62 = (1.0 / (p_sigma_y * p_sigma_y))
+        ncse_63 = (p_E * ncse_62)
+        ncse_64 = (ncse_38 * ncse_63)
+        ncse_65 = (-ncse_5)
+        ncse_66 = (ncse_25 * ncse_59 * (p_q2 * p_q2))
+        ncse_67 = (0.5 * ncse_66)
+        ncse_68 = (ncse_5 * ncse_67)
+        ncse_69 = (ncse_65 + ncse_68)
+        ncse_70 = (-ncse_19 - ncse_8)
+        ncse_71 = (ncse_68 + (2.0 * ncse_5))
+        ncse_72 = ((ncse_70 * ncse_71) - (ncse_16 * ncse_18 * ncse_69))
+        ncse_73 = (-ncse_3)
+        ncse_74 = (ncse_73 * state_internal_gamma_rate)
+        ncse_75 = (1.0 + (ncse_72 * ncse_74))
+        ncse_76 = ((ncse_69 * ncse_70) - (ncse_19 * ncse_69) - (ncse_19 * ncse_71))
+        ncse_77 = (ncse_74 * ncse_76)
+        ncse_78 = (ncse_47 + (ncse_22 * ncse_54 * ncse_66))
+        ncse_79 = (ncse_78 + (ncse_12 * ncse_55))
+        ncse_80 = (-ncse_79)
+        ncse_81 = (p_K * ncse_74)
+        ncse_82 = _heaviside(state_internal_phi)
+        ncse_83 = (p_q1 * ncse_82)
+        ncse_84 = (ncse_24 * ncse_74 * ncse_83)
+        ncse_85 = (ncse_14 * ncse_84)
+        ncse_86 = (ncse_78 + (ncse_30 * ncse_55))
+        ncse_87 = (-ncse_86)
+        ncse_88 = (ncse_78 + (ncse_33 * ncse_55))
+        ncse_89 = (-ncse_88)
+        ncse_90 = (1.0 - (ncse_40 * ncse_74))
+        ncse_91 = (6.0 * ncse_54)
+        ncse_92 = (ncse_8 * ncse_81 * ncse_91)
+        ncse_93 = (ncse_40 * ncse_73)
+        ncse_94 = (ncse_19 * ncse_88)
+        ncse_95 = (ncse_19 * ncse_86)
+        ncse_96 = (ncse_19 * ncse_79)
+        ncse_97 = (ncse_37 * ncse_48)
+        ncse_98 = (ncse_74 * ncse_91)
+        ncse_99 = (ncse_48 * ncse_98)
+        ncse_100 = (ncse_13 * ncse_13 * ncse_13 * ncse_13)
+        ncse_101 = (ncse_57 * state_internal_gamma_rate)
+        ncse_102 = (ncse_73 * ((ncse_101 * ncse_72) + (2.0 * ncse_101 * ncse_76)))
+        ncse_103 = (p_K * ncse_101)
+        ncse_104 = _heaviside((-ncse_61 - ncse_64))
+        ncse_105 = (-1.0 + ncse_104)
+        ncse_106 = (ncse_19 * ncse_34)
+        ncse_107 = (ncse_19 * ncse_31)
+        ncse_108 = (ncse_19 * ncse_28)
+        ncse_109 = (ncse_105 * ncse_39)
+        ncse_110 = (ncse_109 * ncse_48)
+        ncse_111 = torch.abs(state_internal_Ep_0)
+        ncse_112 = torch.abs(state_internal_ep)
+        ncse_113 = ((ncse_112 * torch.abs(p_K)) + torch.abs(p_sigma_y))
+        ncse_114 = torch.abs(state_internal_phi)
+        ncse_115 = (ncse_114 * torch.abs(p_q1))
+        ncse_116 = (ncse_115 * torch.abs(p_q2) * torch.abs(ncse_24))
+        ncse_117 = (ncse_116 * ((ncse_113 * torch.abs(ncse_65)) + torch.abs(ncse_13)))
+        ncse_118 = ((ncse_113 * torch.abs((-ncse_55))) + torch.abs(ncse_5))
+        ncse_119 = torch.abs(state_internal_Ep_1)
+        ncse_120 = (ncse_119 + torch.abs(forces_E_1))
+        ncse_121 = torch.abs(p_E)
+        ncse_122 = torch.abs(ncse_7)
+        ncse_123 = (ncse_121 * ncse_122)
+        ncse_124 = (ncse_120 * ncse_123)
+        ncse_125 = (ncse_111 + torch.abs(forces_E_0))
+        ncse_126 = (ncse_123 * ncse_125)
+        ncse_127 = torch.abs(state_internal_Ep_2)
+        ncse_128 = (ncse_127 + torch.abs(forces_E_2))
+        ncse_129 = (ncse_123 * ncse_128)
+        ncse_130 = (ncse_123 * (ncse_120 + ncse_125 + ncse_128) * torch.abs(p_nu) * torch.abs(ncse_17))
+        ncse_131 = (4.0 * ncse_130)
+        ncse_132 = (ncse_129 + ncse_131)
+        ncse_133 = torch.abs(state_internal_gamma_rate)
+        ncse_134 = torch.abs(ncse_3)
+        ncse_135 = (ncse_133 * ncse_134)
+        ncse_136 = (ncse_111 + (ncse_135 * (ncse_117 + (ncse_118 * (ncse_124 + ncse_132 + (2.0 * ncse_126))))) + torch.abs(old_state_internal_Ep_0))
+        ncse_137 = (ncse_119 + (ncse_135 * (ncse_117 + (ncse_118 * (ncse_126 + ncse_132 + (2.0 * ncse_124))))) + torch.abs(old_state_internal_Ep_1))
+        ncse_138 = (ncse_124 + ncse_126)
+        ncse_139 = (ncse_127 + (ncse_135 * (ncse_117 + (ncse_118 * (ncse_131 + ncse_138 + (2.0 * ncse_129))))) + torch.abs(old_state_internal_Ep_2))
+        ncse_140 = torch.abs(state_internal_Ep_3)
+        ncse_141 = (ncse_140 + torch.abs(forces_E_3))
+        ncse_142 = (3.0 * ncse_118 * ncse_123 * ncse_135)
+        ncse_143 = (ncse_140 + (ncse_141 * ncse_142) + torch.abs(old_state_internal_Ep_3))
+        ncse_144 = torch.abs(state_internal_Ep_4)
+        ncse_145 = (ncse_144 + torch.abs(forces_E_4))
+        ncse_146 = (ncse_144 + (ncse_142 * ncse_145) + torch.abs(old_state_internal_Ep_4))
+        ncse_147 = torch.abs(state_internal_Ep_5)
+        ncse_148 = (ncse_147 + torch.abs(forces_E_5))
+        ncse_149 = (ncse_147 + (ncse_142 * ncse_148) + torch.abs(old_state_internal_Ep_5))
+        ncse_150 = (1.5 * (ncse_121 * ncse_121) * (ncse_122 * ncse_122))
+        ncse_151 = (0.3333333333333333 * ncse_124)
+        ncse_152 = (1.3333333333333333 * ncse_130)
+        ncse_153 = (ncse_152 + (0.3333333333333333 * ncse_126))
+        ncse_154 = (0.3333333333333333 * ncse_129)
+        ncse_165 = (ncse_151 + ncse_153 + (0.6666666666666666 * ncse_129))
+        ncse_166 = (ncse_153 + ncse_154 + (0.6666666666666666 * ncse_124))
+        ncse_167 = (ncse_151 + ncse_152 + ncse_154 + (0.6666666666666666 * ncse_126))
+        ncse_155 = ((1.5 * (ncse_165 * ncse_165)) + (1.5 * (ncse_166 * ncse_166)) + (1.5 * (ncse_167 * ncse_167)) + (ncse_150 * (ncse_141 * ncse_141)) + (ncse_150 * (ncse_145 * ncse_145)) + (ncse_150 * (ncse_148 * ncse_148)))
+        ncse_156 = (ncse_112 + (ncse_135 * ((2.0 * ncse_155 * ((ncse_113 * torch.abs((-3.0 * ncse_100))) + torch.abs(ncse_54))) + (ncse_116 * ncse_118 * (ncse_129 + ncse_138 + (3.0 * ncse_130))))) + torch.abs(old_state_internal_ep))
+        ncse_157 = torch.abs((ncse_15 + ncse_20))
+        ncse_158 = torch.abs((ncse_20 + ncse_9))
+        ncse_159 = torch.abs((ncse_10 + ncse_20))
+        ncse_160 = (ncse_114 + (ncse_134 * (1.0 + ncse_114) * ((ncse_133 * (ncse_117 + (ncse_118 * (ncse_157 + ncse_158 + (2.0 * ncse_159))))) + (ncse_133 * (ncse_117 + (ncse_118 * (ncse_157 + ncse_159 + (2.0 * ncse_158))))) + (ncse_133 * (ncse_117 + (ncse_118 * (ncse_158 + ncse_159 + (2.0 * ncse_157))))))) + torch.abs(old_state_internal_phi))
+        ncse_161 = ((ncse_118 * ncse_155) + ((ncse_114 * ncse_114) * torch.abs(p_q3)) + (2.0 * ncse_115 * torch.abs(ncse_59)) + (ncse_121 * ncse_135 * torch.abs(ncse_62)))
+        nt1_r_0 = (state_internal_Ep_0 - old_state_internal_Ep_0 - (ncse_29 * ncse_3))
+        nt1_r_1 = (state_internal_Ep_1 - old_state_internal_Ep_1 - (ncse_3 * ncse_32))
+        nt1_r_2 = (state_internal_Ep_2 - old_state_internal_Ep_2 - (ncse_3 * ncse_35))
+        nt1_r_3 = (-ncse_36 - old_state_internal_Ep_3 - (ncse_37 * ncse_41))
+        nt1_r_4 = (-ncse_42 - old_state_internal_Ep_4 - (ncse_41 * ncse_43))
+        nt1_r_5 = (-ncse_44 - old_state_internal_Ep_5 - (ncse_41 * ncse_45))
+        nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_38 * ncse_56))
+        nt1_r_7 = (state_internal_phi - old_state_internal_phi - (ncse_3 * ncse_57 * ncse_58))
+        nt1_r_8 = _le((-ncse_61), ncse_64)
         gtn_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8)))
         if it1 == 0:
             nt1_rnorm0 = gtn_return_map_residual_norm
-        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * torch.where((3e+38 - ncse_137) > 0.0, ncse_137, 0.0))) & (torch.abs(nt1_r_1) <= (nt1_rtol * torch.where((3e+38 - ncse_138) > 0.0, ncse_138, 0.0))))
-        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_2) <= (nt1_rtol * torch.where((3e+38 - ncse_140) > 0.0, ncse_140, 0.0))) & (torch.abs(nt1_r_3) <= (nt1_rtol * torch.where((3e+38 - ncse_144) > 0.0, ncse_144, 0.0))))
-        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * torch.where((3e+38 - ncse_147) > 0.0, ncse_147, 0.0))) & (torch.abs(nt1_r_5) <= (nt1_rtol * torch.where((3e+38 - ncse_150) > 0.0, ncse_150, 0.0))))
-        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * torch.where((3e+38 - ncse_157) > 0.0, ncse_157, 0.0))) & (torch.abs(nt1_r_7) <= (nt1_rtol * torch.where((3e+38 - ncse_161) > 0.0, ncse_161, 0.0))))
-        nt1_scaled4 = (nt1_scaled3 & (torch.abs(nt1_r_8) <= (nt1_rtol * torch.where((3e+38 - ncse_162) > 0.0, (1.0 + ncse_162), 0.0))))
+        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * torch.where((3e+38 - ncse_136) > 0.0, ncse_136, 0.0))) & (torch.abs(nt1_r_1) <= (nt1_rtol * torch.where((3e+38 - ncse_137) > 0.0, ncse_137, 0.0))))
+        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_2) <= (nt1_rtol * torch.where((3e+38 - ncse_139) > 0.0, ncse_139, 0.0))) & (torch.abs(nt1_r_3) <= (nt1_rtol * torch.where((3e+38 - ncse_143) > 0.0, ncse_143, 0.0))))
+        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * torch.where((3e+38 - ncse_146) > 0.0, ncse_146, 0.0))) & (torch.abs(nt1_r_5) <= (nt1_rtol * torch.where((3e+38 - ncse_149) > 0.0, ncse_149, 0.0))))
+        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * torch.where((3e+38 - ncse_156) > 0.0, ncse_156, 0.0))) & (torch.abs(nt1_r_7) <= (nt1_rtol * torch.where((3e+38 - ncse_160) > 0.0, ncse_160, 0.0))))
+        nt1_scaled4 = (nt1_scaled3 & (torch.abs(nt1_r_8) <= (nt1_rtol * torch.where((3e+38 - ncse_161) > 0.0, (1.0 + ncse_161), 0.0))))
         gtn_return_map_converged = gtn_return_map_converged | (nt1_scaled4 | (gtn_return_map_residual_norm <= nt1_atol))
         if it1 == maxit1 or bool(gtn_return_map_converged.all()):
             break
         nt1_A = _matrix([
-            [ncse_77, ncse_79, ncse_79, 0.0, 0.0, 0.0, (ncse_82 * ncse_83), ncse_86, (ncse_29 * ncse_75)],
-            [ncse_79, ncse_77, ncse_79, 0.0, 0.0, 0.0, (ncse_83 * ncse_88), ncse_86, (ncse_32 * ncse_75)],
-            [ncse_79, ncse_79, ncse_77, 0.0, 0.0, 0.0, (ncse_83 * ncse_90), ncse_86, (ncse_35 * ncse_75)],
-            [0.0, 0.0, 0.0, ncse_91, 0.0, 0.0, (-ncse_38 * ncse_93), 0.0, (ncse_38 * ncse_94)],
-            [0.0, 0.0, 0.0, 0.0, ncse_91, 0.0, (-ncse_44 * ncse_93), 0.0, (ncse_44 * ncse_94)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, ncse_91, (-ncse_46 * ncse_93), 0.0, (ncse_46 * ncse_94)],
-            [(ncse_76 * (-ncse_95 - ncse_96 + (ncse_72 * ncse_81))), (ncse_76 * (-ncse_95 - ncse_97 + (ncse_72 * ncse_87))), (ncse_76 * (-ncse_96 - ncse_97 + (ncse_72 * ncse_89))), (-ncse_98 * ncse_99), (-ncse_100 * ncse_44), (-ncse_100 * ncse_46), (1.0 + (ncse_83 * (-(6.0 * ncse_101 * ncse_54) - (ncse_101 * ncse_69 * (ncse_22 * ncse_22)) - (ncse_22 * ncse_47 * ncse_56)))), (p_q2 * ncse_22 * ncse_5 * ncse_85), (ncse_57 * ncse_75)],
-            [ncse_103, ncse_103, ncse_103, 0.0, 0.0, 0.0, (ncse_75 * ((ncse_104 * ncse_82) + (ncse_104 * ncse_88) + (ncse_104 * ncse_90))), (1.0 + (ncse_75 * (-ncse_59 + (3.0 * p_q1 * p_q2 * ncse_13 * ncse_25 * ncse_58 * ncse_84 * state_internal_gamma_rate)))), (ncse_75 * ((ncse_29 * ncse_58) + (ncse_32 * ncse_58) + (ncse_35 * ncse_58)))],
-            [(ncse_106 * (-ncse_107 - ncse_108 + (ncse_29 * ncse_72))), (ncse_106 * (-ncse_107 - ncse_109 + (ncse_32 * ncse_72))), (ncse_106 * (-ncse_108 - ncse_109 + (ncse_35 * ncse_72))), (-ncse_110 * ncse_98), (-ncse_111 * ncse_44), (-ncse_111 * ncse_46), (-p_K * ncse_106 * ncse_57), (ncse_106 * ((2.0 * ncse_62 * ncse_84) - (p_q3 * ncse_60 * ncse_84))), (ncse_105 * ncse_3 * ncse_65)],
+            [ncse_75, ncse_77, ncse_77, 0.0, 0.0, 0.0, (ncse_80 * ncse_81), ncse_85, (ncse_28 * ncse_73)],
+            [ncse_77, ncse_75, ncse_77, 0.0, 0.0, 0.0, (ncse_81 * ncse_87), ncse_85, (ncse_31 * ncse_73)],
+            [ncse_77, ncse_77, ncse_75, 0.0, 0.0, 0.0, (ncse_81 * ncse_89), ncse_85, (ncse_34 * ncse_73)],
+            [0.0, 0.0, 0.0, ncse_90, 0.0, 0.0, (-ncse_37 * ncse_92), 0.0, (ncse_37 * ncse_93)],
+            [0.0, 0.0, 0.0, 0.0, ncse_90, 0.0, (-ncse_43 * ncse_92), 0.0, (ncse_43 * ncse_93)],
+            [0.0, 0.0, 0.0, 0.0, 0.0, ncse_90, (-ncse_45 * ncse_92), 0.0, (ncse_45 * ncse_93)],
+            [(ncse_74 * (-ncse_94 - ncse_95 + (ncse_70 * ncse_79))), (ncse_74 * (-ncse_94 - ncse_96 + (ncse_70 * ncse_86))), (ncse_74 * (-ncse_95 - ncse_96 + (ncse_70 * ncse_88))), (-ncse_97 * ncse_98), (-ncse_43 * ncse_99), (-ncse_45 * ncse_99), (1.0 + (ncse_81 * (-(6.0 * ncse_100 * ncse_53) - (ncse_100 * ncse_67 * (ncse_21 * ncse_21)) - (ncse_21 * ncse_46 * ncse_55)))), (p_q2 * ncse_21 * ncse_5 * ncse_84), (ncse_56 * ncse_73)],
+            [ncse_102, ncse_102, ncse_102, 0.0, 0.0, 0.0, (ncse_73 * ((ncse_103 * ncse_80) + (ncse_103 * ncse_87) + (ncse_103 * ncse_89))), (1.0 + (ncse_73 * (-ncse_58 + (3.0 * p_q1 * p_q2 * ncse_13 * ncse_24 * ncse_57 * ncse_82 * state_internal_gamma_rate)))), (ncse_73 * ((ncse_28 * ncse_57) + (ncse_31 * ncse_57) + (ncse_34 * ncse_57)))],
+            [(ncse_105 * (-ncse_106 - ncse_107 + (ncse_28 * ncse_70))), (ncse_105 * (-ncse_106 - ncse_108 + (ncse_31 * ncse_70))), (ncse_105 * (-ncse_107 - ncse_108 + (ncse_34 * ncse_70))), (-ncse_109 * ncse_97), (-ncse_110 * ncse_43), (-ncse_110 * ncse_45), (-p_K * ncse_105 * ncse_56), (ncse_105 * ((ncse_60 * ncse_83) - (2.0 * p_q3 * state_internal_phi))), (ncse_104 * ncse_3 * ncse_63)],
         ], X)
         nt1_B = _matrix([
             [(-nt1_r_0)],
@@ -376,17 +375,17 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_43 = (-cse_5)
         cse_86 = (cse_4 * cse_4)
         cse_117 = (p_sigma_y + (p_K * state_internal_ep))
-        cse_120 = (1.0 / cse_117)
-        cse_118 = (cse_120 * cse_120)
-        cse_119 = torch.clamp(state_internal_phi, min=0.0)
-        cse_121 = (p_q2 * cse_120)
-        cse_122 = (cse_14 + cse_15)
-        cse_123 = (cse_122 + cse_6 + (3.0 * cse_13))
-        cse_124 = (0.5 * cse_123)
-        cse_125 = (cse_121 * cse_124)
-        cse_126 = torch.cosh(cse_125)
+        cse_119 = (1.0 / cse_117)
+        cse_118 = (cse_119 * cse_119)
+        cse_120 = (p_q2 * cse_119)
+        cse_121 = (cse_14 + cse_15)
+        cse_122 = (cse_121 + cse_6 + (3.0 * cse_13))
+        cse_123 = (0.5 * cse_122)
+        cse_124 = (cse_120 * cse_123)
+        cse_125 = torch.cosh(cse_124)
+        cse_126 = torch.clamp(state_internal_phi, min=0.0)
         cse_127 = (p_q1 * cse_126)
-        cse_128 = (cse_119 * cse_127 * (p_q2 * p_q2))
+        cse_128 = (cse_125 * cse_127 * (p_q2 * p_q2))
         cse_129 = (0.5 * cse_128)
         cse_130 = (cse_118 * cse_129)
         cse_131 = (cse_130 - cse_118)
@@ -400,31 +399,31 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_139 = ((cse_12 * cse_131) + (cse_12 * cse_133))
         cse_140 = (-cse_139 + (cse_131 * cse_26))
         cse_141 = (cse_137 * cse_140)
-        cse_142 = (-cse_122 + (2.0 * p_E * cse_0 * cse_4))
-        cse_143 = (cse_120 * cse_120 * cse_120)
+        cse_142 = (-cse_121 + (2.0 * p_E * cse_0 * cse_4))
+        cse_143 = (cse_119 * cse_119 * cse_119)
         cse_144 = (2.0 * cse_143)
-        cse_145 = torch.sinh(cse_125)
-        cse_146 = (cse_119 * cse_145)
-        cse_147 = (p_q1 * cse_146)
-        cse_148 = (cse_118 * cse_147)
-        cse_149 = (p_q2 * cse_148)
-        cse_150 = (cse_149 + (cse_124 * cse_128 * cse_143))
-        cse_151 = (cse_150 + (cse_142 * cse_144))
-        cse_152 = (-cse_151)
-        cse_153 = (cse_137 * cse_152)
-        cse_154 = (cse_121 * cse_137)
-        cse_155 = _heaviside(state_internal_phi)
-        cse_156 = (p_q1 * cse_145 * cse_155)
+        cse_145 = torch.sinh(cse_124)
+        cse_146 = (cse_127 * cse_145)
+        cse_147 = (cse_118 * cse_146)
+        cse_148 = (p_q2 * cse_147)
+        cse_149 = (cse_148 + (cse_123 * cse_128 * cse_143))
+        cse_150 = (cse_149 + (cse_142 * cse_144))
+        cse_151 = (-cse_150)
+        cse_152 = (cse_137 * cse_151)
+        cse_153 = _heaviside(state_internal_phi)
+        cse_154 = (p_q1 * cse_153)
+        cse_155 = (cse_137 * cse_145)
+        cse_156 = (cse_120 * cse_155)
         cse_157 = (cse_154 * cse_156)
-        cse_158 = (cse_121 * cse_147)
+        cse_158 = (cse_120 * cse_146)
         cse_159 = (cse_158 + (cse_118 * cse_142))
         cse_160 = (-cse_15 - cse_6 + (2.0 * p_E * cse_1 * cse_4))
-        cse_161 = (cse_150 + (cse_144 * cse_160))
+        cse_161 = (cse_149 + (cse_144 * cse_160))
         cse_162 = (-cse_161)
         cse_163 = (cse_137 * cse_162)
         cse_164 = (cse_158 + (cse_118 * cse_160))
         cse_165 = (-cse_14 - cse_6 + (2.0 * p_E * cse_2 * cse_4))
-        cse_166 = (cse_150 + (cse_144 * cse_165))
+        cse_166 = (cse_149 + (cse_144 * cse_165))
         cse_167 = (-cse_166)
         cse_168 = (cse_137 * cse_167)
         cse_169 = (cse_158 + (cse_118 * cse_165))
@@ -441,7 +440,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_180 = (cse_12 * cse_166)
         cse_181 = (cse_12 * cse_161)
         cse_182 = (cse_180 + cse_181)
-        cse_183 = (cse_12 * cse_151)
+        cse_183 = (cse_12 * cse_150)
         cse_184 = (cse_180 + cse_183)
         cse_185 = (cse_181 + cse_183)
         cse_186 = (p_E * p_E)
@@ -451,9 +450,9 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_190 = (cse_175 * cse_187)
         cse_191 = (-cse_18 * cse_190)
         cse_192 = (-cse_190 * cse_20)
-        cse_193 = (p_q2 * cse_123)
-        cse_194 = (cse_120 * cse_120 * cse_120 * cse_120)
-        cse_195 = (cse_123 * cse_123)
+        cse_193 = (p_q2 * cse_122)
+        cse_194 = (cse_119 * cse_119 * cse_119 * cse_119)
+        cse_195 = (cse_122 * cse_122)
         cse_196 = (cse_16 * cse_16)
         cse_197 = (cse_186 * cse_196)
         cse_198 = (1.5 * cse_86)
@@ -467,24 +466,24 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_284 = (-cse_202 - cse_204 + (0.6666666666666666 * p_E * cse_1 * cse_4))
         cse_285 = (-cse_203 - cse_204 + (0.6666666666666666 * p_E * cse_0 * cse_4))
         cse_205 = ((1.5 * (cse_283 * cse_283)) + (1.5 * (cse_284 * cse_284)) + (1.5 * (cse_285 * cse_285)) + (cse_197 * cse_198) + (cse_199 * cse_200) + (cse_200 * cse_201))
-        cse_206 = (cse_137 * (-(6.0 * cse_194 * cse_205) - (cse_129 * cse_194 * cse_195) - (cse_144 * cse_147 * cse_193)))
-        cse_207 = (cse_118 * cse_137 * cse_193)
-        cse_208 = ((cse_123 * cse_149) + (cse_144 * cse_205))
+        cse_206 = (cse_137 * (-(6.0 * cse_194 * cse_205) - (cse_129 * cse_194 * cse_195) - (cse_144 * cse_146 * cse_193)))
+        cse_207 = (cse_118 * cse_155 * cse_193)
+        cse_208 = ((cse_122 * cse_148) + (cse_144 * cse_205))
         cse_209 = (1.0 - state_internal_phi)
         cse_210 = (cse_209 * state_internal_gamma_rate)
         cse_211 = (2.0 * cse_210)
         cse_212 = (cse_136 * ((cse_134 * cse_210) + (cse_140 * cse_211)))
         cse_213 = (cse_167 * cse_210)
         cse_214 = (cse_162 * cse_210)
-        cse_215 = (cse_152 * cse_210)
+        cse_215 = (cse_151 * cse_210)
         cse_216 = (cse_169 * state_internal_gamma_rate)
         cse_217 = (cse_164 * state_internal_gamma_rate)
         cse_218 = (cse_159 * state_internal_gamma_rate)
         cse_219 = (cse_216 + cse_217 + cse_218)
-        cse_220 = (cse_119 * cse_119)
+        cse_220 = (state_internal_phi * state_internal_phi)
         cse_221 = (1.0 / (p_sigma_y * p_sigma_y))
         cse_222 = (p_E * cse_135 * cse_221)
-        cse_223 = (2.0 * cse_119)
+        cse_223 = (2.0 * cse_125)
         cse_224 = _heaviside((1.0 + (p_q3 * cse_220) - (cse_118 * cse_205) - (cse_127 * cse_223) - (cse_222 * state_internal_gamma_rate)))
         cse_225 = (-1.0 + cse_224)
         cse_226 = (cse_12 * cse_169)
@@ -507,15 +506,15 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_275 = (-cse_136 * ((cse_210 * cse_238) + (cse_211 * cse_240)))
         # elimination lu1: 9x9, shared by the linear solves below, unrolled over structural nonzeros
         lu1_A = _matrix([
-            [cse_138, cse_141, cse_141, 0.0, 0.0, 0.0, (p_K * cse_153), cse_157, (cse_136 * cse_159)],
+            [cse_138, cse_141, cse_141, 0.0, 0.0, 0.0, (p_K * cse_152), cse_157, (cse_136 * cse_159)],
             [cse_141, cse_138, cse_141, 0.0, 0.0, 0.0, (p_K * cse_163), cse_157, (cse_136 * cse_164)],
             [cse_141, cse_141, cse_138, 0.0, 0.0, 0.0, (p_K * cse_168), cse_157, (cse_136 * cse_169)],
             [0.0, 0.0, 0.0, cse_173, 0.0, 0.0, (-p_K * cse_176), 0.0, (cse_177 * state_S_3)],
             [0.0, 0.0, 0.0, 0.0, cse_173, 0.0, (-p_K * cse_178), 0.0, (cse_177 * state_S_4)],
             [0.0, 0.0, 0.0, 0.0, 0.0, cse_173, (-p_K * cse_179), 0.0, (cse_177 * state_S_5)],
-            [(cse_137 * (-cse_182 + (cse_151 * cse_26))), (cse_137 * (-cse_184 + (cse_161 * cse_26))), (cse_137 * (-cse_185 + (cse_166 * cse_26))), cse_189, cse_191, cse_192, (1.0 + (p_K * cse_206)), (cse_156 * cse_207), (cse_136 * cse_208)],
-            [cse_212, cse_212, cse_212, 0.0, 0.0, 0.0, (cse_136 * ((p_K * cse_213) + (p_K * cse_214) + (p_K * cse_215))), (1.0 + (cse_136 * (-cse_219 + (3.0 * p_q1 * p_q2 * cse_120 * cse_145 * cse_155 * cse_209 * state_internal_gamma_rate)))), (cse_136 * ((cse_159 * cse_209) + (cse_164 * cse_209) + (cse_169 * cse_209)))],
-            [(cse_225 * (-cse_228 + (cse_159 * cse_26))), (cse_225 * (-cse_230 + (cse_164 * cse_26))), (cse_225 * (-cse_231 + (cse_169 * cse_26))), cse_233, cse_235, cse_236, (p_K * cse_237), (cse_225 * ((2.0 * cse_127 * cse_155) - (p_q3 * cse_155 * cse_223))), (cse_222 * cse_224)],
+            [(cse_137 * (-cse_182 + (cse_150 * cse_26))), (cse_137 * (-cse_184 + (cse_161 * cse_26))), (cse_137 * (-cse_185 + (cse_166 * cse_26))), cse_189, cse_191, cse_192, (1.0 + (p_K * cse_206)), (cse_154 * cse_207), (cse_136 * cse_208)],
+            [cse_212, cse_212, cse_212, 0.0, 0.0, 0.0, (cse_136 * ((p_K * cse_213) + (p_K * cse_214) + (p_K * cse_215))), (1.0 + (cse_136 * (-cse_219 + (3.0 * p_q1 * p_q2 * cse_119 * cse_145 * cse_153 * cse_209 * state_internal_gamma_rate)))), (cse_136 * ((cse_159 * cse_209) + (cse_164 * cse_209) + (cse_169 * cse_209)))],
+            [(cse_225 * (-cse_228 + (cse_159 * cse_26))), (cse_225 * (-cse_230 + (cse_164 * cse_26))), (cse_225 * (-cse_231 + (cse_169 * cse_26))), cse_233, cse_235, cse_236, (p_K * cse_237), (cse_225 * ((cse_154 * cse_223) - (2.0 * p_q3 * state_internal_phi))), (cse_222 * cse_224)],
         ], X)
         lu1_s = _rowscale(lu1_A)
         lu1_LU, lu1_piv = torch.linalg.lu_factor_ex(lu1_A * lu1_s, check_errors=False)[:2]
@@ -527,7 +526,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [0.0, 0.0, 0.0, cse_264, 0.0, 0.0],
             [0.0, 0.0, 0.0, 0.0, cse_264, 0.0],
             [0.0, 0.0, 0.0, 0.0, 0.0, cse_264],
-            [(-cse_137 * (cse_182 + (cse_151 * cse_25))), (-cse_137 * (cse_184 + (cse_161 * cse_25))), (-cse_137 * (cse_185 + (cse_166 * cse_25))), cse_189, cse_191, cse_192],
+            [(-cse_137 * (cse_182 + (cse_150 * cse_25))), (-cse_137 * (cse_184 + (cse_161 * cse_25))), (-cse_137 * (cse_185 + (cse_166 * cse_25))), cse_189, cse_191, cse_192],
             [cse_275, cse_275, cse_275, 0.0, 0.0, 0.0],
             [(-cse_225 * (cse_228 + (cse_159 * cse_25))), (-cse_225 * (cse_230 + (cse_164 * cse_25))), (-cse_225 * (cse_231 + (cse_169 * cse_25))), cse_233, cse_235, cse_236],
         ], X)
@@ -874,11 +873,11 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_249 = (cse_131 * cse_248)
         cse_250 = (-cse_245 - cse_88)
         cse_251 = (cse_247 + cse_249 + (cse_133 * cse_250))
-        cse_252 = (cse_146 * cse_154)
+        cse_252 = (cse_126 * cse_156)
         cse_253 = (-cse_252)
-        cse_254 = (cse_120 * cse_147)
-        cse_255 = (p_q2 * cse_119 * cse_127)
-        cse_256 = (cse_137 * (cse_254 + (cse_118 * cse_124 * cse_255)))
+        cse_254 = (cse_119 * cse_146)
+        cse_255 = (p_q2 * cse_125 * cse_127)
+        cse_256 = (cse_137 * (cse_254 + (cse_118 * cse_123 * cse_255)))
         cse_257 = (-cse_256)
         cse_258 = (cse_131 * cse_78)
         cse_259 = (cse_243 + cse_258 + (cse_133 * cse_80))
@@ -897,15 +896,15 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_282 = (cse_186 * cse_281)
         # linear solve 3: 9x9, 7 right-hand side(s) through elimination lu1
         ls3_B = _matrix([
-            [(-cse_137 * cse_244), (-cse_137 * cse_251), (-cse_153 * state_internal_ep), (-cse_153), cse_253, cse_257, 0.0],
+            [(-cse_137 * cse_244), (-cse_137 * cse_251), (-cse_152 * state_internal_ep), (-cse_152), cse_253, cse_257, 0.0],
             [(-cse_137 * cse_259), (-cse_137 * cse_261), (-cse_163 * state_internal_ep), (-cse_163), cse_253, cse_257, 0.0],
             [(-cse_137 * cse_262), (-cse_137 * cse_263), (-cse_168 * state_internal_ep), (-cse_168), cse_253, cse_257, 0.0],
             [(-cse_171 * cse_82), (cse_171 * cse_99), (cse_176 * state_internal_ep), cse_176, 0.0, 0.0, 0.0],
             [(-cse_171 * cse_83), (cse_100 * cse_171), (cse_178 * state_internal_ep), cse_178, 0.0, 0.0, 0.0],
             [(-cse_171 * cse_84), (cse_101 * cse_171), (cse_179 * state_internal_ep), cse_179, 0.0, 0.0, 0.0],
-            [(-cse_137 * ((cse_151 * cse_78) + (cse_161 * cse_80) + (cse_166 * cse_81) + (cse_174 * cse_270) + (cse_199 * cse_271) + (cse_201 * cse_271))), (-cse_137 * ((cse_151 * cse_250) + (cse_161 * cse_246) + (cse_166 * cse_248) - (cse_197 * cse_273) - (cse_199 * cse_274) - (cse_201 * cse_274))), (-cse_206 * state_internal_ep), (-cse_206), (-cse_146 * cse_207), (-cse_137 * ((cse_123 * cse_148) + (0.5 * cse_143 * cse_195 * cse_255))), 0.0],
+            [(-cse_137 * ((cse_150 * cse_78) + (cse_161 * cse_80) + (cse_166 * cse_81) + (cse_174 * cse_270) + (cse_199 * cse_271) + (cse_201 * cse_271))), (-cse_137 * ((cse_150 * cse_250) + (cse_161 * cse_246) + (cse_166 * cse_248) - (cse_197 * cse_273) - (cse_199 * cse_274) - (cse_201 * cse_274))), (-cse_206 * state_internal_ep), (-cse_206), (-cse_126 * cse_207), (-cse_137 * ((cse_122 * cse_147) + (0.5 * cse_143 * cse_195 * cse_255))), 0.0],
             [(-cse_136 * ((cse_210 * cse_244) + (cse_210 * cse_259) + (cse_210 * cse_262))), (-cse_136 * ((cse_210 * cse_251) + (cse_210 * cse_261) + (cse_210 * cse_263))), (-cse_136 * ((cse_213 * state_internal_ep) + (cse_214 * state_internal_ep) + (cse_215 * state_internal_ep))), (-cse_136 * (cse_213 + cse_214 + cse_215)), (-cse_252 * cse_277), (-cse_256 * cse_277), 0.0],
-            [(-(cse_135 * cse_278) - (cse_225 * ((cse_159 * cse_78) + (cse_164 * cse_80) + (cse_169 * cse_81) + (cse_170 * cse_270) + (cse_199 * cse_280) + (cse_201 * cse_280)))), (-cse_225 * ((cse_159 * cse_250) + (cse_164 * cse_246) + (cse_169 * cse_248) - (cse_197 * cse_281) - (cse_199 * cse_282) - (cse_201 * cse_282))), (-cse_237 * state_internal_ep), (-cse_237 + (2.0 * p_E * cse_135 * cse_224 * state_internal_gamma_rate / (p_sigma_y * p_sigma_y * p_sigma_y))), (-cse_126 * cse_223 * cse_225), (-cse_123 * cse_225 * cse_254), (cse_220 * cse_225)],
+            [(-(cse_135 * cse_278) - (cse_225 * ((cse_159 * cse_78) + (cse_164 * cse_80) + (cse_169 * cse_81) + (cse_170 * cse_270) + (cse_199 * cse_280) + (cse_201 * cse_280)))), (-cse_225 * ((cse_159 * cse_250) + (cse_164 * cse_246) + (cse_169 * cse_248) - (cse_197 * cse_281) - (cse_199 * cse_282) - (cse_201 * cse_282))), (-cse_237 * state_internal_ep), (-cse_237 + (2.0 * p_E * cse_135 * cse_224 * state_internal_gamma_rate / (p_sigma_y * p_sigma_y * p_sigma_y))), (-cse_126 * cse_223 * cse_225), (-cse_122 * cse_225 * cse_254), (cse_220 * cse_225)],
         ], X)
         ls3_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls3_B * lu1_s)
         d241 = ls3_X[:, 0, 0]
@@ -1836,216 +1835,215 @@ if triton is not None:
             ncse_11 = (ncse_10 + ncse_9)
             ncse_12 = (-ncse_11 + (K3 * p_E * ncse_0 * ncse_7))
             ncse_14 = (p_q2 * ncse_13)
-            ncse_15 = _mc_pos(state_internal_phi)
-            ncse_16 = (ncse_0 * ncse_8)
-            ncse_17 = (K3 * p_nu)
-            ncse_18 = (K2 / (K2 - ncse_17))
-            ncse_19 = (ncse_18 * ncse_8)
-            ncse_20 = (p_nu * ncse_19)
-            ncse_21 = (ncse_20 * (ncse_0 + ncse_1 + ncse_2))
-            ncse_22 = (ncse_11 + ncse_16 + (K4 * ncse_21))
-            ncse_23 = (K5 * ncse_22)
-            ncse_24 = (ncse_14 * ncse_23)
-            ncse_25 = _mc_sinh(ncse_24)
-            ncse_26 = (p_q1 * ncse_25)
-            ncse_27 = (ncse_15 * ncse_26)
-            ncse_28 = (ncse_14 * ncse_27)
-            ncse_29 = (ncse_28 + (ncse_12 * ncse_5))
-            ncse_30 = (ncse_29 * state_internal_gamma_rate)
-            ncse_31 = (-ncse_10 - ncse_16 + (K3 * p_E * ncse_1 * ncse_7))
-            ncse_32 = (ncse_28 + (ncse_31 * ncse_5))
-            ncse_33 = (ncse_32 * state_internal_gamma_rate)
-            ncse_34 = (-ncse_16 - ncse_9 + (K3 * p_E * ncse_2 * ncse_7))
-            ncse_35 = (ncse_28 + (ncse_34 * ncse_5))
-            ncse_36 = (ncse_35 * state_internal_gamma_rate)
-            ncse_37 = (-state_internal_Ep_3)
-            ncse_38 = (forces_E_3 + ncse_37)
-            ncse_39 = (ncse_3 * state_internal_gamma_rate)
-            ncse_40 = (K4 * ncse_5)
-            ncse_41 = (ncse_40 * ncse_8)
-            ncse_42 = (ncse_39 * ncse_41)
-            ncse_43 = (-state_internal_Ep_4)
-            ncse_44 = (forces_E_4 + ncse_43)
-            ncse_45 = (-state_internal_Ep_5)
-            ncse_46 = (forces_E_5 + ncse_45)
-            ncse_47 = (p_q2 * ncse_27)
-            ncse_48 = (ncse_47 * ncse_5)
-            ncse_49 = ((p_E * p_E) * (ncse_7 * ncse_7))
-            ncse_50 = (K6 * ncse_49)
-            ncse_51 = (K7 * ncse_16)
-            ncse_52 = (K7 * ncse_9)
-            ncse_53 = (K7 * ncse_10)
-            ncse_163 = (-ncse_51 - ncse_52 + (K8 * p_E * ncse_2 * ncse_7))
-            ncse_164 = (-ncse_51 - ncse_53 + (K8 * p_E * ncse_1 * ncse_7))
-            ncse_165 = (-ncse_52 - ncse_53 + (K8 * p_E * ncse_0 * ncse_7))
-            ncse_54 = ((K6 * (ncse_163 * ncse_163)) + (K6 * (ncse_164 * ncse_164)) + (K6 * (ncse_165 * ncse_165)) + (ncse_50 * (ncse_38 * ncse_38)) + (ncse_50 * (ncse_44 * ncse_44)) + (ncse_50 * (ncse_46 * ncse_46)))
-            ncse_55 = (ncse_13 * ncse_13 * ncse_13)
-            ncse_56 = (K3 * ncse_55)
-            ncse_57 = ((ncse_22 * ncse_48) + (ncse_54 * ncse_56))
-            ncse_58 = (K2 - state_internal_phi)
-            ncse_59 = (ncse_30 + ncse_33 + ncse_36)
-            ncse_60 = (K3 * ncse_15)
-            ncse_61 = _mc_cosh(ncse_24)
-            ncse_62 = (p_q1 * ncse_61)
-            ncse_63 = (-K2 + (ncse_5 * ncse_54) + (ncse_60 * ncse_62) - (p_q3 * (ncse_15 * ncse_15)))
-            ncse_64 = (K2 / (p_sigma_y * p_sigma_y))
-            ncse_65 = (p_E * ncse_64)
-            ncse_66 = (ncse_39 * ncse_65)
-            ncse_67 = (-ncse_5)
-            ncse_68 = (ncse_15 * ncse_62 * (p_q2 * p_q2))
-            ncse_69 = (K5 * ncse_68)
-            ncse_70 = (ncse_5 * ncse_69)
-            ncse_71 = (ncse_67 + ncse_70)
-            ncse_72 = (-ncse_20 - ncse_8)
-            ncse_73 = (ncse_70 + (K3 * ncse_5))
-            ncse_74 = ((ncse_72 * ncse_73) - (ncse_17 * ncse_19 * ncse_71))
-            ncse_75 = (-ncse_3)
-            ncse_76 = (ncse_75 * state_internal_gamma_rate)
-            ncse_77 = (K2 + (ncse_74 * ncse_76))
-            ncse_78 = ((ncse_71 * ncse_72) - (ncse_20 * ncse_71) - (ncse_20 * ncse_73))
-            ncse_79 = (ncse_76 * ncse_78)
-            ncse_80 = (ncse_48 + (ncse_23 * ncse_55 * ncse_68))
-            ncse_81 = (ncse_80 + (ncse_12 * ncse_56))
-            ncse_82 = (-ncse_81)
-            ncse_83 = (p_K * ncse_76)
-            ncse_84 = tl.where(state_internal_phi > 0.0, 1.0, 0.0)
-            ncse_85 = (ncse_26 * ncse_76 * ncse_84)
-            ncse_86 = (ncse_14 * ncse_85)
-            ncse_87 = (ncse_80 + (ncse_31 * ncse_56))
-            ncse_88 = (-ncse_87)
-            ncse_89 = (ncse_80 + (ncse_34 * ncse_56))
-            ncse_90 = (-ncse_89)
-            ncse_91 = (K2 - (ncse_41 * ncse_76))
-            ncse_92 = (K9 * ncse_55)
-            ncse_93 = (ncse_8 * ncse_83 * ncse_92)
-            ncse_94 = (ncse_41 * ncse_75)
-            ncse_95 = (ncse_20 * ncse_89)
-            ncse_96 = (ncse_20 * ncse_87)
-            ncse_97 = (ncse_20 * ncse_81)
-            ncse_98 = (ncse_38 * ncse_49)
-            ncse_99 = (ncse_76 * ncse_92)
-            ncse_100 = (ncse_49 * ncse_99)
-            ncse_101 = (ncse_13 * ncse_13 * ncse_13 * ncse_13)
-            ncse_102 = (ncse_58 * state_internal_gamma_rate)
-            ncse_103 = (ncse_75 * ((ncse_102 * ncse_74) + (K3 * ncse_102 * ncse_78)))
-            ncse_104 = (p_K * ncse_102)
-            ncse_105 = tl.where((-ncse_63 - ncse_66) > 0.0, 1.0, 0.0)
-            ncse_106 = (-K2 + ncse_105)
-            ncse_107 = (ncse_20 * ncse_35)
-            ncse_108 = (ncse_20 * ncse_32)
-            ncse_109 = (ncse_20 * ncse_29)
-            ncse_110 = (ncse_106 * ncse_40)
-            ncse_111 = (ncse_110 * ncse_49)
-            ncse_112 = tl.abs(state_internal_Ep_0)
-            ncse_113 = tl.abs(state_internal_ep)
-            ncse_114 = ((ncse_113 * tl.abs(p_K)) + tl.abs(p_sigma_y))
-            ncse_115 = tl.abs(state_internal_phi)
-            ncse_116 = (ncse_115 * tl.abs(p_q1))
-            ncse_117 = (ncse_116 * tl.abs(p_q2) * tl.abs(ncse_25))
-            ncse_118 = (ncse_117 * ((ncse_114 * tl.abs(ncse_67)) + tl.abs(ncse_13)))
-            ncse_119 = ((ncse_114 * tl.abs((-ncse_56))) + tl.abs(ncse_5))
-            ncse_120 = tl.abs(state_internal_Ep_1)
-            ncse_121 = (ncse_120 + tl.abs(forces_E_1))
-            ncse_122 = tl.abs(p_E)
-            ncse_123 = tl.abs(ncse_7)
-            ncse_124 = (ncse_122 * ncse_123)
-            ncse_125 = (ncse_121 * ncse_124)
-            ncse_126 = (ncse_112 + tl.abs(forces_E_0))
-            ncse_127 = (ncse_124 * ncse_126)
-            ncse_128 = tl.abs(state_internal_Ep_2)
-            ncse_129 = (ncse_128 + tl.abs(forces_E_2))
-            ncse_130 = (ncse_124 * ncse_129)
-            ncse_131 = (ncse_124 * (ncse_121 + ncse_126 + ncse_129) * tl.abs(p_nu) * tl.abs(ncse_18))
-            ncse_132 = (K10 * ncse_131)
-            ncse_133 = (ncse_130 + ncse_132)
-            ncse_134 = tl.abs(state_internal_gamma_rate)
-            ncse_135 = tl.abs(ncse_3)
-            ncse_136 = (ncse_134 * ncse_135)
-            ncse_137 = (ncse_112 + (ncse_136 * (ncse_118 + (ncse_119 * (ncse_125 + ncse_133 + (K3 * ncse_127))))) + tl.abs(old_state_internal_Ep_0))
-            ncse_138 = (ncse_120 + (ncse_136 * (ncse_118 + (ncse_119 * (ncse_127 + ncse_133 + (K3 * ncse_125))))) + tl.abs(old_state_internal_Ep_1))
-            ncse_139 = (ncse_125 + ncse_127)
-            ncse_140 = (ncse_128 + (ncse_136 * (ncse_118 + (ncse_119 * (ncse_132 + ncse_139 + (K3 * ncse_130))))) + tl.abs(old_state_internal_Ep_2))
-            ncse_141 = tl.abs(state_internal_Ep_3)
-            ncse_142 = (ncse_141 + tl.abs(forces_E_3))
-            ncse_143 = (K4 * ncse_119 * ncse_124 * ncse_136)
-            ncse_144 = (ncse_141 + (ncse_142 * ncse_143) + tl.abs(old_state_internal_Ep_3))
-            ncse_145 = tl.abs(state_internal_Ep_4)
-            ncse_146 = (ncse_145 + tl.abs(forces_E_4))
-            ncse_147 = (ncse_145 + (ncse_143 * ncse_146) + tl.abs(old_state_internal_Ep_4))
-            ncse_148 = tl.abs(state_internal_Ep_5)
-            ncse_149 = (ncse_148 + tl.abs(forces_E_5))
-            ncse_150 = (ncse_148 + (ncse_143 * ncse_149) + tl.abs(old_state_internal_Ep_5))
-            ncse_151 = (K6 * (ncse_122 * ncse_122) * (ncse_123 * ncse_123))
-            ncse_152 = (K7 * ncse_125)
-            ncse_153 = (K11 * ncse_131)
-            ncse_154 = (ncse_153 + (K7 * ncse_127))
-            ncse_155 = (K7 * ncse_130)
-            ncse_166 = (ncse_152 + ncse_154 + (K8 * ncse_130))
-            ncse_167 = (ncse_154 + ncse_155 + (K8 * ncse_125))
-            ncse_168 = (ncse_152 + ncse_153 + ncse_155 + (K8 * ncse_127))
-            ncse_156 = ((K6 * (ncse_166 * ncse_166)) + (K6 * (ncse_167 * ncse_167)) + (K6 * (ncse_168 * ncse_168)) + (ncse_151 * (ncse_142 * ncse_142)) + (ncse_151 * (ncse_146 * ncse_146)) + (ncse_151 * (ncse_149 * ncse_149)))
-            ncse_157 = (ncse_113 + (ncse_136 * ((K3 * ncse_156 * ((ncse_114 * tl.abs((-K4 * ncse_101))) + tl.abs(ncse_55))) + (ncse_117 * ncse_119 * (ncse_130 + ncse_139 + (K4 * ncse_131))))) + tl.abs(old_state_internal_ep))
-            ncse_158 = tl.abs((ncse_16 + ncse_21))
-            ncse_159 = tl.abs((ncse_21 + ncse_9))
-            ncse_160 = tl.abs((ncse_10 + ncse_21))
-            ncse_161 = (ncse_115 + (ncse_135 * (K2 + ncse_115) * ((ncse_134 * (ncse_118 + (ncse_119 * (ncse_158 + ncse_159 + (K3 * ncse_160))))) + (ncse_134 * (ncse_118 + (ncse_119 * (ncse_158 + ncse_160 + (K3 * ncse_159))))) + (ncse_134 * (ncse_118 + (ncse_119 * (ncse_159 + ncse_160 + (K3 * ncse_158))))))) + tl.abs(old_state_internal_phi))
-            ncse_162 = ((ncse_119 * ncse_156) + ((ncse_115 * ncse_115) * tl.abs(p_q3)) + (K3 * ncse_116 * tl.abs(ncse_61)) + (ncse_122 * ncse_136 * tl.abs(ncse_64)))
-            nt1_r_0 = (state_internal_Ep_0 - old_state_internal_Ep_0 - (ncse_3 * ncse_30))
-            nt1_r_1 = (state_internal_Ep_1 - old_state_internal_Ep_1 - (ncse_3 * ncse_33))
-            nt1_r_2 = (state_internal_Ep_2 - old_state_internal_Ep_2 - (ncse_3 * ncse_36))
-            nt1_r_3 = (-ncse_37 - old_state_internal_Ep_3 - (ncse_38 * ncse_42))
-            nt1_r_4 = (-ncse_43 - old_state_internal_Ep_4 - (ncse_42 * ncse_44))
-            nt1_r_5 = (-ncse_45 - old_state_internal_Ep_5 - (ncse_42 * ncse_46))
-            nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_39 * ncse_57))
-            nt1_r_7 = (state_internal_phi - old_state_internal_phi - (ncse_3 * ncse_58 * ncse_59))
-            nt1_r_8 = _mc_le((-ncse_63), ncse_66)
+            ncse_15 = (ncse_0 * ncse_8)
+            ncse_16 = (K3 * p_nu)
+            ncse_17 = (K2 / (K2 - ncse_16))
+            ncse_18 = (ncse_17 * ncse_8)
+            ncse_19 = (p_nu * ncse_18)
+            ncse_20 = (ncse_19 * (ncse_0 + ncse_1 + ncse_2))
+            ncse_21 = (ncse_11 + ncse_15 + (K4 * ncse_20))
+            ncse_22 = (K5 * ncse_21)
+            ncse_23 = (ncse_14 * ncse_22)
+            ncse_24 = _mc_sinh(ncse_23)
+            ncse_25 = (p_q1 * _mc_pos(state_internal_phi))
+            ncse_26 = (ncse_24 * ncse_25)
+            ncse_27 = (ncse_14 * ncse_26)
+            ncse_28 = (ncse_27 + (ncse_12 * ncse_5))
+            ncse_29 = (ncse_28 * state_internal_gamma_rate)
+            ncse_30 = (-ncse_10 - ncse_15 + (K3 * p_E * ncse_1 * ncse_7))
+            ncse_31 = (ncse_27 + (ncse_30 * ncse_5))
+            ncse_32 = (ncse_31 * state_internal_gamma_rate)
+            ncse_33 = (-ncse_15 - ncse_9 + (K3 * p_E * ncse_2 * ncse_7))
+            ncse_34 = (ncse_27 + (ncse_33 * ncse_5))
+            ncse_35 = (ncse_34 * state_internal_gamma_rate)
+            ncse_36 = (-state_internal_Ep_3)
+            ncse_37 = (forces_E_3 + ncse_36)
+            ncse_38 = (ncse_3 * state_internal_gamma_rate)
+            ncse_39 = (K4 * ncse_5)
+            ncse_40 = (ncse_39 * ncse_8)
+            ncse_41 = (ncse_38 * ncse_40)
+            ncse_42 = (-state_internal_Ep_4)
+            ncse_43 = (forces_E_4 + ncse_42)
+            ncse_44 = (-state_internal_Ep_5)
+            ncse_45 = (forces_E_5 + ncse_44)
+            ncse_46 = (p_q2 * ncse_26)
+            ncse_47 = (ncse_46 * ncse_5)
+            ncse_48 = ((p_E * p_E) * (ncse_7 * ncse_7))
+            ncse_49 = (K6 * ncse_48)
+            ncse_50 = (K7 * ncse_15)
+            ncse_51 = (K7 * ncse_9)
+            ncse_52 = (K7 * ncse_10)
+            ncse_162 = (-ncse_50 - ncse_51 + (K8 * p_E * ncse_2 * ncse_7))
+            ncse_163 = (-ncse_50 - ncse_52 + (K8 * p_E * ncse_1 * ncse_7))
+            ncse_164 = (-ncse_51 - ncse_52 + (K8 * p_E * ncse_0 * ncse_7))
+            ncse_53 = ((K6 * (ncse_162 * ncse_162)) + (K6 * (ncse_163 * ncse_163)) + (K6 * (ncse_164 * ncse_164)) + (ncse_49 * (ncse_37 * ncse_37)) + (ncse_49 * (ncse_43 * ncse_43)) + (ncse_49 * (ncse_45 * ncse_45)))
+            ncse_54 = (ncse_13 * ncse_13 * ncse_13)
+            ncse_55 = (K3 * ncse_54)
+            ncse_56 = ((ncse_21 * ncse_47) + (ncse_53 * ncse_55))
+            ncse_57 = (K2 - state_internal_phi)
+            ncse_58 = (ncse_29 + ncse_32 + ncse_35)
+            ncse_59 = _mc_cosh(ncse_23)
+            ncse_60 = (K3 * ncse_59)
+            ncse_61 = (-K2 + (ncse_25 * ncse_60) + (ncse_5 * ncse_53) - (p_q3 * (state_internal_phi * state_internal_phi)))
+            ncse_62 = (K2 / (p_sigma_y * p_sigma_y))
+            ncse_63 = (p_E * ncse_62)
+            ncse_64 = (ncse_38 * ncse_63)
+            ncse_65 = (-ncse_5)
+            ncse_66 = (ncse_25 * ncse_59 * (p_q2 * p_q2))
+            ncse_67 = (K5 * ncse_66)
+            ncse_68 = (ncse_5 * ncse_67)
+            ncse_69 = (ncse_65 + ncse_68)
+            ncse_70 = (-ncse_19 - ncse_8)
+            ncse_71 = (ncse_68 + (K3 * ncse_5))
+            ncse_72 = ((ncse_70 * ncse_71) - (ncse_16 * ncse_18 * ncse_69))
+            ncse_73 = (-ncse_3)
+            ncse_74 = (ncse_73 * state_internal_gamma_rate)
+            ncse_75 = (K2 + (ncse_72 * ncse_74))
+            ncse_76 = ((ncse_69 * ncse_70) - (ncse_19 * ncse_69) - (ncse_19 * ncse_71))
+            ncse_77 = (ncse_74 * ncse_76)
+            ncse_78 = (ncse_47 + (ncse_22 * ncse_54 * ncse_66))
+            ncse_79 = (ncse_78 + (ncse_12 * ncse_55))
+            ncse_80 = (-ncse_79)
+            ncse_81 = (p_K * ncse_74)
+            ncse_82 = tl.where(state_internal_phi > 0.0, 1.0, 0.0)
+            ncse_83 = (p_q1 * ncse_82)
+            ncse_84 = (ncse_24 * ncse_74 * ncse_83)
+            ncse_85 = (ncse_14 * ncse_84)
+            ncse_86 = (ncse_78 + (ncse_30 * ncse_55))
+            ncse_87 = (-ncse_86)
+            ncse_88 = (ncse_78 + (ncse_33 * ncse_55))
+            ncse_89 = (-ncse_88)
+            ncse_90 = (K2 - (ncse_40 * ncse_74))
+            ncse_91 = (K9 * ncse_54)
+            ncse_92 = (ncse_8 * ncse_81 * ncse_91)
+            ncse_93 = (ncse_40 * ncse_73)
+            ncse_94 = (ncse_19 * ncse_88)
+            ncse_95 = (ncse_19 * ncse_86)
+            ncse_96 = (ncse_19 * ncse_79)
+            ncse_97 = (ncse_37 * ncse_48)
+            ncse_98 = (ncse_74 * ncse_91)
+            ncse_99 = (ncse_48 * ncse_98)
+            ncse_100 = (ncse_13 * ncse_13 * ncse_13 * ncse_13)
+            ncse_101 = (ncse_57 * state_internal_gamma_rate)
+            ncse_102 = (ncse_73 * ((ncse_101 * ncse_72) + (K3 * ncse_101 * ncse_76)))
+            ncse_103 = (p_K * ncse_101)
+            ncse_104 = tl.where((-ncse_61 - ncse_64) > 0.0, 1.0, 0.0)
+            ncse_105 = (-K2 + ncse_104)
+            ncse_106 = (ncse_19 * ncse_34)
+            ncse_107 = (ncse_19 * ncse_31)
+            ncse_108 = (ncse_19 * ncse_28)
+            ncse_109 = (ncse_105 * ncse_39)
+            ncse_110 = (ncse_109 * ncse_48)
+            ncse_111 = tl.abs(state_internal_Ep_0)
+            ncse_112 = tl.abs(state_internal_ep)
+            ncse_113 = ((ncse_112 * tl.abs(p_K)) + tl.abs(p_sigma_y))
+            ncse_114 = tl.abs(state_internal_phi)
+            ncse_115 = (ncse_114 * tl.abs(p_q1))
+            ncse_116 = (ncse_115 * tl.abs(p_q2) * tl.abs(ncse_24))
+            ncse_117 = (ncse_116 * ((ncse_113 * tl.abs(ncse_65)) + tl.abs(ncse_13)))
+            ncse_118 = ((ncse_113 * tl.abs((-ncse_55))) + tl.abs(ncse_5))
+            ncse_119 = tl.abs(state_internal_Ep_1)
+            ncse_120 = (ncse_119 + tl.abs(forces_E_1))
+            ncse_121 = tl.abs(p_E)
+            ncse_122 = tl.abs(ncse_7)
+            ncse_123 = (ncse_121 * ncse_122)
+            ncse_124 = (ncse_120 * ncse_123)
+            ncse_125 = (ncse_111 + tl.abs(forces_E_0))
+            ncse_126 = (ncse_123 * ncse_125)
+            ncse_127 = tl.abs(state_internal_Ep_2)
+            ncse_128 = (ncse_127 + tl.abs(forces_E_2))
+            ncse_129 = (ncse_123 * ncse_128)
+            ncse_130 = (ncse_123 * (ncse_120 + ncse_125 + ncse_128) * tl.abs(p_nu) * tl.abs(ncse_17))
+            ncse_131 = (K10 * ncse_130)
+            ncse_132 = (ncse_129 + ncse_131)
+            ncse_133 = tl.abs(state_internal_gamma_rate)
+            ncse_134 = tl.abs(ncse_3)
+            ncse_135 = (ncse_133 * ncse_134)
+            ncse_136 = (ncse_111 + (ncse_135 * (ncse_117 + (ncse_118 * (ncse_124 + ncse_132 + (K3 * ncse_126))))) + tl.abs(old_state_internal_Ep_0))
+            ncse_137 = (ncse_119 + (ncse_135 * (ncse_117 + (ncse_118 * (ncse_126 + ncse_132 + (K3 * ncse_124))))) + tl.abs(old_state_internal_Ep_1))
+            ncse_138 = (ncse_124 + ncse_126)
+            ncse_139 = (ncse_127 + (ncse_135 * (ncse_117 + (ncse_118 * (ncse_131 + ncse_138 + (K3 * ncse_129))))) + tl.abs(old_state_internal_Ep_2))
+            ncse_140 = tl.abs(state_internal_Ep_3)
+            ncse_141 = (ncse_140 + tl.abs(forces_E_3))
+            ncse_142 = (K4 * ncse_118 * ncse_123 * ncse_135)
+            ncse_143 = (ncse_140 + (ncse_141 * ncse_142) + tl.abs(old_state_internal_Ep_3))
+            ncse_144 = tl.abs(state_internal_Ep_4)
+            ncse_145 = (ncse_144 + tl.abs(forces_E_4))
+            ncse_146 = (ncse_144 + (ncse_142 * ncse_145) + tl.abs(old_state_internal_Ep_4))
+            ncse_147 = tl.abs(state_internal_Ep_5)
+            ncse_148 = (ncse_147 + tl.abs(forces_E_5))
+            ncse_149 = (ncse_147 + (ncse_142 * ncse_148) + tl.abs(old_state_internal_Ep_5))
+            ncse_150 = (K6 * (ncse_121 * ncse_121) * (ncse_122 * ncse_122))
+            ncse_151 = (K7 * ncse_124)
+            ncse_152 = (K11 * ncse_130)
+            ncse_153 = (ncse_152 + (K7 * ncse_126))
+            ncse_154 = (K7 * ncse_129)
+            ncse_165 = (ncse_151 + ncse_153 + (K8 * ncse_129))
+            ncse_166 = (ncse_153 + ncse_154 + (K8 * ncse_124))
+            ncse_167 = (ncse_151 + ncse_152 + ncse_154 + (K8 * ncse_126))
+            ncse_155 = ((K6 * (ncse_165 * ncse_165)) + (K6 * (ncse_166 * ncse_166)) + (K6 * (ncse_167 * ncse_167)) + (ncse_150 * (ncse_141 * ncse_141)) + (ncse_150 * (ncse_145 * ncse_145)) + (ncse_150 * (ncse_148 * ncse_148)))
+            ncse_156 = (ncse_112 + (ncse_135 * ((K3 * ncse_155 * ((ncse_113 * tl.abs((-K4 * ncse_100))) + tl.abs(ncse_54))) + (ncse_116 * ncse_118 * (ncse_129 + ncse_138 + (K4 * ncse_130))))) + tl.abs(old_state_internal_ep))
+            ncse_157 = tl.abs((ncse_15 + ncse_20))
+            ncse_158 = tl.abs((ncse_20 + ncse_9))
+            ncse_159 = tl.abs((ncse_10 + ncse_20))
+            ncse_160 = (ncse_114 + (ncse_134 * (K2 + ncse_114) * ((ncse_133 * (ncse_117 + (ncse_118 * (ncse_157 + ncse_158 + (K3 * ncse_159))))) + (ncse_133 * (ncse_117 + (ncse_118 * (ncse_157 + ncse_159 + (K3 * ncse_158))))) + (ncse_133 * (ncse_117 + (ncse_118 * (ncse_158 + ncse_159 + (K3 * ncse_157))))))) + tl.abs(old_state_internal_phi))
+            ncse_161 = ((ncse_118 * ncse_155) + ((ncse_114 * ncse_114) * tl.abs(p_q3)) + (K3 * ncse_115 * tl.abs(ncse_59)) + (ncse_121 * ncse_135 * tl.abs(ncse_62)))
+            nt1_r_0 = (state_internal_Ep_0 - old_state_internal_Ep_0 - (ncse_29 * ncse_3))
+            nt1_r_1 = (state_internal_Ep_1 - old_state_internal_Ep_1 - (ncse_3 * ncse_32))
+            nt1_r_2 = (state_internal_Ep_2 - old_state_internal_Ep_2 - (ncse_3 * ncse_35))
+            nt1_r_3 = (-ncse_36 - old_state_internal_Ep_3 - (ncse_37 * ncse_41))
+            nt1_r_4 = (-ncse_42 - old_state_internal_Ep_4 - (ncse_41 * ncse_43))
+            nt1_r_5 = (-ncse_44 - old_state_internal_Ep_5 - (ncse_41 * ncse_45))
+            nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_38 * ncse_56))
+            nt1_r_7 = (state_internal_phi - old_state_internal_phi - (ncse_3 * ncse_57 * ncse_58))
+            nt1_r_8 = _mc_le((-ncse_61), ncse_64)
             gtn_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8)))
             nt1_rnorm0 = tl.where(it1 == 0, gtn_return_map_residual_norm, nt1_rnorm0)
-            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * tl.where((K12 - ncse_137) > 0.0, ncse_137, K0))) & (tl.abs(nt1_r_1) <= (nt1_rtol * tl.where((K12 - ncse_138) > 0.0, ncse_138, K0))))
-            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_2) <= (nt1_rtol * tl.where((K12 - ncse_140) > 0.0, ncse_140, K0))) & (tl.abs(nt1_r_3) <= (nt1_rtol * tl.where((K12 - ncse_144) > 0.0, ncse_144, K0))))
-            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * tl.where((K12 - ncse_147) > 0.0, ncse_147, K0))) & (tl.abs(nt1_r_5) <= (nt1_rtol * tl.where((K12 - ncse_150) > 0.0, ncse_150, K0))))
-            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * tl.where((K12 - ncse_157) > 0.0, ncse_157, K0))) & (tl.abs(nt1_r_7) <= (nt1_rtol * tl.where((K12 - ncse_161) > 0.0, ncse_161, K0))))
-            nt1_scaled4 = (nt1_scaled3 & (tl.abs(nt1_r_8) <= (nt1_rtol * tl.where((K12 - ncse_162) > 0.0, (K2 + ncse_162), K0))))
+            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * tl.where((K12 - ncse_136) > 0.0, ncse_136, K0))) & (tl.abs(nt1_r_1) <= (nt1_rtol * tl.where((K12 - ncse_137) > 0.0, ncse_137, K0))))
+            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_2) <= (nt1_rtol * tl.where((K12 - ncse_139) > 0.0, ncse_139, K0))) & (tl.abs(nt1_r_3) <= (nt1_rtol * tl.where((K12 - ncse_143) > 0.0, ncse_143, K0))))
+            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * tl.where((K12 - ncse_146) > 0.0, ncse_146, K0))) & (tl.abs(nt1_r_5) <= (nt1_rtol * tl.where((K12 - ncse_149) > 0.0, ncse_149, K0))))
+            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * tl.where((K12 - ncse_156) > 0.0, ncse_156, K0))) & (tl.abs(nt1_r_7) <= (nt1_rtol * tl.where((K12 - ncse_160) > 0.0, ncse_160, K0))))
+            nt1_scaled4 = (nt1_scaled3 & (tl.abs(nt1_r_8) <= (nt1_rtol * tl.where((K12 - ncse_161) > 0.0, (K2 + ncse_161), K0))))
             gtn_return_map_converged = gtn_return_map_converged | (nt1_scaled4 | (gtn_return_map_residual_norm <= nt1_atol))
             update1 = (~gtn_return_map_converged) & (it1 < maxit1)
-            nt1_1 = (ncse_82 * ncse_83)
-            nt1_2 = (ncse_29 * ncse_75)
-            nt1_3 = (ncse_83 * ncse_88)
-            nt1_4 = (ncse_32 * ncse_75)
-            nt1_5 = (ncse_83 * ncse_90)
-            nt1_6 = (ncse_35 * ncse_75)
-            nt1_7 = (-ncse_38 * ncse_93)
-            nt1_8 = (ncse_38 * ncse_94)
-            nt1_9 = (-ncse_44 * ncse_93)
-            nt1_10 = (ncse_44 * ncse_94)
-            nt1_11 = (-ncse_46 * ncse_93)
-            nt1_12 = (ncse_46 * ncse_94)
-            nt1_13 = (ncse_76 * (-ncse_95 - ncse_96 + (ncse_72 * ncse_81)))
-            nt1_14 = (ncse_76 * (-ncse_95 - ncse_97 + (ncse_72 * ncse_87)))
-            nt1_15 = (ncse_76 * (-ncse_96 - ncse_97 + (ncse_72 * ncse_89)))
-            nt1_16 = (-ncse_98 * ncse_99)
-            nt1_17 = (-ncse_100 * ncse_44)
-            nt1_18 = (-ncse_100 * ncse_46)
-            nt1_19 = (K2 + (ncse_83 * (-(K9 * ncse_101 * ncse_54) - (ncse_101 * ncse_69 * (ncse_22 * ncse_22)) - (ncse_22 * ncse_47 * ncse_56))))
-            nt1_20 = (p_q2 * ncse_22 * ncse_5 * ncse_85)
-            nt1_21 = (ncse_57 * ncse_75)
-            nt1_22 = (ncse_75 * ((ncse_104 * ncse_82) + (ncse_104 * ncse_88) + (ncse_104 * ncse_90)))
-            nt1_23 = (K2 + (ncse_75 * (-ncse_59 + (K4 * p_q1 * p_q2 * ncse_13 * ncse_25 * ncse_58 * ncse_84 * state_internal_gamma_rate))))
-            nt1_24 = (ncse_75 * ((ncse_29 * ncse_58) + (ncse_32 * ncse_58) + (ncse_35 * ncse_58)))
-            nt1_25 = (ncse_106 * (-ncse_107 - ncse_108 + (ncse_29 * ncse_72)))
-            nt1_26 = (ncse_106 * (-ncse_107 - ncse_109 + (ncse_32 * ncse_72)))
-            nt1_27 = (ncse_106 * (-ncse_108 - ncse_109 + (ncse_35 * ncse_72)))
-            nt1_28 = (-ncse_110 * ncse_98)
-            nt1_29 = (-ncse_111 * ncse_44)
-            nt1_30 = (-ncse_111 * ncse_46)
-            nt1_31 = (-p_K * ncse_106 * ncse_57)
-            nt1_32 = (ncse_106 * ((K3 * ncse_62 * ncse_84) - (p_q3 * ncse_60 * ncse_84)))
-            nt1_33 = (ncse_105 * ncse_3 * ncse_65)
+            nt1_1 = (ncse_80 * ncse_81)
+            nt1_2 = (ncse_28 * ncse_73)
+            nt1_3 = (ncse_81 * ncse_87)
+            nt1_4 = (ncse_31 * ncse_73)
+            nt1_5 = (ncse_81 * ncse_89)
+            nt1_6 = (ncse_34 * ncse_73)
+            nt1_7 = (-ncse_37 * ncse_92)
+            nt1_8 = (ncse_37 * ncse_93)
+            nt1_9 = (-ncse_43 * ncse_92)
+            nt1_10 = (ncse_43 * ncse_93)
+            nt1_11 = (-ncse_45 * ncse_92)
+            nt1_12 = (ncse_45 * ncse_93)
+            nt1_13 = (ncse_74 * (-ncse_94 - ncse_95 + (ncse_70 * ncse_79)))
+            nt1_14 = (ncse_74 * (-ncse_94 - ncse_96 + (ncse_70 * ncse_86)))
+            nt1_15 = (ncse_74 * (-ncse_95 - ncse_96 + (ncse_70 * ncse_88)))
+            nt1_16 = (-ncse_97 * ncse_98)
+            nt1_17 = (-ncse_43 * ncse_99)
+            nt1_18 = (-ncse_45 * ncse_99)
+            nt1_19 = (K2 + (ncse_81 * (-(K9 * ncse_100 * ncse_53) - (ncse_100 * ncse_67 * (ncse_21 * ncse_21)) - (ncse_21 * ncse_46 * ncse_55))))
+            nt1_20 = (p_q2 * ncse_21 * ncse_5 * ncse_84)
+            nt1_21 = (ncse_56 * ncse_73)
+            nt1_22 = (ncse_73 * ((ncse_103 * ncse_80) + (ncse_103 * ncse_87) + (ncse_103 * ncse_89)))
+            nt1_23 = (K2 + (ncse_73 * (-ncse_58 + (K4 * p_q1 * p_q2 * ncse_13 * ncse_24 * ncse_57 * ncse_82 * state_internal_gamma_rate))))
+            nt1_24 = (ncse_73 * ((ncse_28 * ncse_57) + (ncse_31 * ncse_57) + (ncse_34 * ncse_57)))
+            nt1_25 = (ncse_105 * (-ncse_106 - ncse_107 + (ncse_28 * ncse_70)))
+            nt1_26 = (ncse_105 * (-ncse_106 - ncse_108 + (ncse_31 * ncse_70)))
+            nt1_27 = (ncse_105 * (-ncse_107 - ncse_108 + (ncse_34 * ncse_70)))
+            nt1_28 = (-ncse_109 * ncse_97)
+            nt1_29 = (-ncse_110 * ncse_43)
+            nt1_30 = (-ncse_110 * ncse_45)
+            nt1_31 = (-p_K * ncse_105 * ncse_56)
+            nt1_32 = (ncse_105 * ((ncse_60 * ncse_83) - (K3 * p_q3 * state_internal_phi)))
+            nt1_33 = (ncse_104 * ncse_3 * ncse_63)
             nt1_lu = _triton_lu1(
-                ncse_77, ncse_79, ncse_79, nt1_1, ncse_86, nt1_2, ncse_79, ncse_77, ncse_79, nt1_3, ncse_86,
-                nt1_4, ncse_79, ncse_79, ncse_77, nt1_5, ncse_86, nt1_6, ncse_91, nt1_7, nt1_8, ncse_91, nt1_9,
-                nt1_10, ncse_91, nt1_11, nt1_12, nt1_13, nt1_14, nt1_15, nt1_16, nt1_17, nt1_18, nt1_19,
-                nt1_20, nt1_21, ncse_103, ncse_103, ncse_103, nt1_22, nt1_23, nt1_24, nt1_25, nt1_26, nt1_27,
+                ncse_75, ncse_77, ncse_77, nt1_1, ncse_85, nt1_2, ncse_77, ncse_75, ncse_77, nt1_3, ncse_85,
+                nt1_4, ncse_77, ncse_77, ncse_75, nt1_5, ncse_85, nt1_6, ncse_90, nt1_7, nt1_8, ncse_90, nt1_9,
+                nt1_10, ncse_90, nt1_11, nt1_12, nt1_13, nt1_14, nt1_15, nt1_16, nt1_17, nt1_18, nt1_19,
+                nt1_20, nt1_21, ncse_102, ncse_102, ncse_102, nt1_22, nt1_23, nt1_24, nt1_25, nt1_26, nt1_27,
                 nt1_28, nt1_29, nt1_30, nt1_31, nt1_32, nt1_33, DTYPE)
             nt1_34 = (-nt1_r_0)
             nt1_35 = (-nt1_r_1)
@@ -2207,41 +2205,40 @@ if triton is not None:
             cse_199 = (cse_18 * cse_18)
             cse_201 = (cse_20 * cse_20)
             cse_205 = ((K5 * (cse_283 * cse_283)) + (K5 * (cse_284 * cse_284)) + (K5 * (cse_285 * cse_285)) + (cse_197 * cse_198) + (cse_199 * cse_200) + (cse_200 * cse_201))
-            cse_122 = (cse_14 + cse_15)
-            cse_123 = (cse_122 + cse_6 + (K6 * cse_13))
-            cse_124 = (K7 * cse_123)
+            cse_121 = (cse_14 + cse_15)
+            cse_122 = (cse_121 + cse_6 + (K6 * cse_13))
+            cse_123 = (K7 * cse_122)
             cse_117 = (p_sigma_y + (p_K * state_internal_ep))
-            cse_120 = (K2 / cse_117)
-            cse_121 = (p_q2 * cse_120)
-            cse_125 = (cse_121 * cse_124)
-            cse_126 = _mc_cosh(cse_125)
-            cse_127 = (p_q1 * cse_126)
-            cse_118 = (cse_120 * cse_120)
+            cse_119 = (K2 / cse_117)
+            cse_120 = (p_q2 * cse_119)
+            cse_124 = (cse_120 * cse_123)
+            cse_125 = _mc_cosh(cse_124)
+            cse_223 = (K1 * cse_125)
+            cse_118 = (cse_119 * cse_119)
             cse_135 = (forces_t - old_forces_t)
             cse_221 = (K2 / (p_sigma_y * p_sigma_y))
             cse_222 = (p_E * cse_135 * cse_221)
-            cse_119 = _mc_pos(state_internal_phi)
-            cse_220 = (cse_119 * cse_119)
-            cse_223 = (K1 * cse_119)
+            cse_126 = _mc_pos(state_internal_phi)
+            cse_127 = (p_q1 * cse_126)
+            cse_220 = (state_internal_phi * state_internal_phi)
             cse_224 = tl.where((K2 + (p_q3 * cse_220) - (cse_118 * cse_205) - (cse_127 * cse_223) - (cse_222 * state_internal_gamma_rate)) > 0.0, 1.0, 0.0)
             cse_225 = (-K2 + cse_224)
-            cse_145 = _mc_sinh(cse_125)
-            cse_146 = (cse_119 * cse_145)
-            cse_147 = (p_q1 * cse_146)
-            cse_148 = (cse_118 * cse_147)
-            cse_149 = (p_q2 * cse_148)
-            cse_143 = (cse_120 * cse_120 * cse_120)
+            cse_145 = _mc_sinh(cse_124)
+            cse_146 = (cse_127 * cse_145)
+            cse_147 = (cse_118 * cse_146)
+            cse_148 = (p_q2 * cse_147)
+            cse_143 = (cse_119 * cse_119 * cse_119)
             cse_144 = (K1 * cse_143)
-            cse_208 = ((cse_123 * cse_149) + (cse_144 * cse_205))
+            cse_208 = ((cse_122 * cse_148) + (cse_144 * cse_205))
             cse_237 = (-cse_208 * cse_225)
-            cse_128 = (cse_119 * cse_127 * (p_q2 * p_q2))
+            cse_128 = (cse_125 * cse_127 * (p_q2 * p_q2))
             cse_129 = (K7 * cse_128)
-            cse_193 = (p_q2 * cse_123)
-            cse_195 = (cse_123 * cse_123)
+            cse_193 = (p_q2 * cse_122)
+            cse_195 = (cse_122 * cse_122)
             cse_136 = (-cse_135)
             cse_137 = (cse_136 * state_internal_gamma_rate)
-            cse_194 = (cse_120 * cse_120 * cse_120 * cse_120)
-            cse_206 = (cse_137 * (-(K8 * cse_194 * cse_205) - (cse_129 * cse_194 * cse_195) - (cse_144 * cse_147 * cse_193)))
+            cse_194 = (cse_119 * cse_119 * cse_119 * cse_119)
+            cse_206 = (cse_137 * (-(K8 * cse_194 * cse_205) - (cse_129 * cse_194 * cse_195) - (cse_144 * cse_146 * cse_193)))
             cse_170 = (K6 * cse_118)
             cse_232 = (cse_170 * cse_225)
             cse_187 = (cse_186 * cse_86)
@@ -2263,34 +2260,34 @@ if triton is not None:
             cse_210 = (cse_209 * state_internal_gamma_rate)
             cse_211 = (K1 * cse_210)
             cse_212 = (cse_136 * ((cse_134 * cse_210) + (cse_140 * cse_211)))
-            cse_150 = (cse_149 + (cse_124 * cse_128 * cse_143))
-            cse_142 = (-cse_122 + (K1 * p_E * cse_0 * cse_4))
-            cse_151 = (cse_150 + (cse_142 * cse_144))
-            cse_152 = (-cse_151)
-            cse_153 = (cse_137 * cse_152)
+            cse_238 = (cse_132 + (cse_133 * cse_25))
+            cse_240 = (cse_139 + (cse_131 * cse_25))
+            cse_275 = (-cse_136 * ((cse_210 * cse_238) + (cse_211 * cse_240)))
+            cse_149 = (cse_148 + (cse_123 * cse_128 * cse_143))
+            cse_142 = (-cse_121 + (K1 * p_E * cse_0 * cse_4))
+            cse_150 = (cse_149 + (cse_142 * cse_144))
+            cse_151 = (-cse_150)
+            cse_152 = (cse_137 * cse_151)
             cse_160 = (-cse_15 - cse_6 + (K1 * p_E * cse_1 * cse_4))
-            cse_161 = (cse_150 + (cse_144 * cse_160))
+            cse_161 = (cse_149 + (cse_144 * cse_160))
             cse_162 = (-cse_161)
             cse_163 = (cse_137 * cse_162)
             cse_165 = (-cse_14 - cse_6 + (K1 * p_E * cse_2 * cse_4))
-            cse_166 = (cse_150 + (cse_144 * cse_165))
+            cse_166 = (cse_149 + (cse_144 * cse_165))
             cse_167 = (-cse_166)
             cse_168 = (cse_137 * cse_167)
             cse_180 = (cse_12 * cse_166)
             cse_181 = (cse_12 * cse_161)
             cse_182 = (cse_180 + cse_181)
-            cse_183 = (cse_12 * cse_151)
+            cse_183 = (cse_12 * cse_150)
             cse_184 = (cse_180 + cse_183)
             cse_185 = (cse_181 + cse_183)
-            cse_238 = (cse_132 + (cse_133 * cse_25))
-            cse_240 = (cse_139 + (cse_131 * cse_25))
-            cse_275 = (-cse_136 * ((cse_210 * cse_238) + (cse_211 * cse_240)))
             cse_213 = (cse_167 * cse_210)
             cse_214 = (cse_162 * cse_210)
-            cse_215 = (cse_152 * cse_210)
+            cse_215 = (cse_151 * cse_210)
             cse_138 = (K2 + (cse_134 * cse_137))
             cse_141 = (cse_137 * cse_140)
-            cse_158 = (cse_121 * cse_147)
+            cse_158 = (cse_120 * cse_146)
             cse_169 = (cse_158 + (cse_118 * cse_165))
             cse_216 = (cse_169 * state_internal_gamma_rate)
             cse_164 = (cse_158 + (cse_118 * cse_160))
@@ -2306,11 +2303,12 @@ if triton is not None:
             cse_229 = (cse_12 * cse_159)
             cse_230 = (cse_226 + cse_229)
             cse_231 = (cse_227 + cse_229)
-            cse_155 = tl.where(state_internal_phi > 0.0, 1.0, 0.0)
-            cse_156 = (p_q1 * cse_145 * cse_155)
-            cse_154 = (cse_121 * cse_137)
+            cse_155 = (cse_137 * cse_145)
+            cse_156 = (cse_120 * cse_155)
+            cse_153 = tl.where(state_internal_phi > 0.0, 1.0, 0.0)
+            cse_154 = (p_q1 * cse_153)
             cse_157 = (cse_154 * cse_156)
-            cse_207 = (cse_118 * cse_137 * cse_193)
+            cse_207 = (cse_118 * cse_155 * cse_193)
             cse_174 = (K8 * cse_143)
             cse_175 = (cse_137 * cse_174)
             cse_189 = (-cse_175 * cse_188)
@@ -2326,7 +2324,7 @@ if triton is not None:
             cse_264 = (-cse_172)
             cse_177 = (cse_136 * cse_170)
             # elimination lu1: 9x9, shared by the linear solves below, unrolled over structural nonzeros
-            lu1_1 = (p_K * cse_153)
+            lu1_1 = (p_K * cse_152)
             lu1_2 = (cse_136 * cse_159)
             lu1_3 = (p_K * cse_163)
             lu1_4 = (cse_136 * cse_164)
@@ -2338,20 +2336,20 @@ if triton is not None:
             lu1_10 = (cse_177 * state_S_4)
             lu1_11 = (-p_K * cse_179)
             lu1_12 = (cse_177 * state_S_5)
-            lu1_13 = (cse_137 * (-cse_182 + (cse_151 * cse_26)))
+            lu1_13 = (cse_137 * (-cse_182 + (cse_150 * cse_26)))
             lu1_14 = (cse_137 * (-cse_184 + (cse_161 * cse_26)))
             lu1_15 = (cse_137 * (-cse_185 + (cse_166 * cse_26)))
             lu1_16 = (K2 + (p_K * cse_206))
-            lu1_17 = (cse_156 * cse_207)
+            lu1_17 = (cse_154 * cse_207)
             lu1_18 = (cse_136 * cse_208)
             lu1_19 = (cse_136 * ((p_K * cse_213) + (p_K * cse_214) + (p_K * cse_215)))
-            lu1_20 = (K2 + (cse_136 * (-cse_219 + (K6 * p_q1 * p_q2 * cse_120 * cse_145 * cse_155 * cse_209 * state_internal_gamma_rate))))
+            lu1_20 = (K2 + (cse_136 * (-cse_219 + (K6 * p_q1 * p_q2 * cse_119 * cse_145 * cse_153 * cse_209 * state_internal_gamma_rate))))
             lu1_21 = (cse_136 * ((cse_159 * cse_209) + (cse_164 * cse_209) + (cse_169 * cse_209)))
             lu1_22 = (cse_225 * (-cse_228 + (cse_159 * cse_26)))
             lu1_23 = (cse_225 * (-cse_230 + (cse_164 * cse_26)))
             lu1_24 = (cse_225 * (-cse_231 + (cse_169 * cse_26)))
             lu1_25 = (p_K * cse_237)
-            lu1_26 = (cse_225 * ((K1 * cse_127 * cse_155) - (p_q3 * cse_155 * cse_223)))
+            lu1_26 = (cse_225 * ((cse_154 * cse_223) - (K1 * p_q3 * state_internal_phi)))
             lu1_27 = (cse_222 * cse_224)
             lu1_lu = _triton_lu1(
                 cse_138, cse_141, cse_141, lu1_1, cse_157, lu1_2, cse_141, cse_138, cse_141, lu1_3, cse_157,
@@ -2360,7 +2358,7 @@ if triton is not None:
                 lu1_17, lu1_18, cse_212, cse_212, cse_212, lu1_19, lu1_20, lu1_21, lu1_22, lu1_23, lu1_24,
                 cse_233, cse_235, cse_236, lu1_25, lu1_26, lu1_27, DTYPE)
             # linear solve 1: 9x9, 6 right-hand side(s) through elimination lu1
-            ls1_28 = (-cse_137 * (cse_182 + (cse_151 * cse_25)))
+            ls1_28 = (-cse_137 * (cse_182 + (cse_150 * cse_25)))
             ls1_29 = (-cse_225 * (cse_228 + (cse_159 * cse_25)))
             (ls1_30, ls1_31, ls1_32, ls1_36, ls1_37, ls1_38) = _triton_lu1_forward2(
                 lu1_lu, cse_239, cse_241, cse_241, ls1_28, cse_275, ls1_29, DTYPE)
@@ -2675,11 +2673,11 @@ if triton is not None:
             cse_249 = (cse_131 * cse_248)
             cse_250 = (-cse_245 - cse_88)
             cse_251 = (cse_247 + cse_249 + (cse_133 * cse_250))
-            cse_252 = (cse_146 * cse_154)
+            cse_252 = (cse_126 * cse_156)
             cse_253 = (-cse_252)
-            cse_254 = (cse_120 * cse_147)
-            cse_255 = (p_q2 * cse_119 * cse_127)
-            cse_256 = (cse_137 * (cse_254 + (cse_118 * cse_124 * cse_255)))
+            cse_254 = (cse_119 * cse_146)
+            cse_255 = (p_q2 * cse_125 * cse_127)
+            cse_256 = (cse_137 * (cse_254 + (cse_118 * cse_123 * cse_255)))
             cse_257 = (-cse_256)
             cse_258 = (cse_131 * cse_78)
             cse_259 = (cse_243 + cse_258 + (cse_133 * cse_80))
@@ -2703,7 +2701,7 @@ if triton is not None:
             ls3_190 = (-cse_171 * cse_82)
             ls3_191 = (-cse_171 * cse_83)
             ls3_192 = (-cse_171 * cse_84)
-            ls3_193 = (-cse_137 * ((cse_151 * cse_78) + (cse_161 * cse_80) + (cse_166 * cse_81) + (cse_174 * cse_270) + (cse_199 * cse_271) + (cse_201 * cse_271)))
+            ls3_193 = (-cse_137 * ((cse_150 * cse_78) + (cse_161 * cse_80) + (cse_166 * cse_81) + (cse_174 * cse_270) + (cse_199 * cse_271) + (cse_201 * cse_271)))
             ls3_194 = (-cse_136 * ((cse_210 * cse_244) + (cse_210 * cse_259) + (cse_210 * cse_262)))
             ls3_195 = (-(cse_135 * cse_278) - (cse_225 * ((cse_159 * cse_78) + (cse_164 * cse_80) + (cse_169 * cse_81) + (cse_170 * cse_270) + (cse_199 * cse_280) + (cse_201 * cse_280))))
             (
@@ -2716,14 +2714,14 @@ if triton is not None:
             ls3_208 = (cse_171 * cse_99)
             ls3_209 = (cse_100 * cse_171)
             ls3_210 = (cse_101 * cse_171)
-            ls3_211 = (-cse_137 * ((cse_151 * cse_250) + (cse_161 * cse_246) + (cse_166 * cse_248) - (cse_197 * cse_273) - (cse_199 * cse_274) - (cse_201 * cse_274)))
+            ls3_211 = (-cse_137 * ((cse_150 * cse_250) + (cse_161 * cse_246) + (cse_166 * cse_248) - (cse_197 * cse_273) - (cse_199 * cse_274) - (cse_201 * cse_274)))
             ls3_212 = (-cse_136 * ((cse_210 * cse_251) + (cse_210 * cse_261) + (cse_210 * cse_263)))
             ls3_213 = (-cse_225 * ((cse_159 * cse_250) + (cse_164 * cse_246) + (cse_169 * cse_248) - (cse_197 * cse_281) - (cse_199 * cse_282) - (cse_201 * cse_282)))
             (
                 ls3_214, ls3_215, ls3_216, ls3_217, ls3_218, ls3_219, ls3_220, ls3_221, ls3_222,
             ) = _triton_lu1_forward1(
                 lu1_lu, ls3_205, ls3_206, ls3_207, ls3_208, ls3_209, ls3_210, ls3_211, ls3_212, ls3_213, DTYPE)
-            ls3_223 = (-cse_153 * state_internal_ep)
+            ls3_223 = (-cse_152 * state_internal_ep)
             ls3_224 = (-cse_163 * state_internal_ep)
             ls3_225 = (-cse_168 * state_internal_ep)
             ls3_226 = (cse_176 * state_internal_ep)
@@ -2736,7 +2734,7 @@ if triton is not None:
                 ls3_232, ls3_233, ls3_234, ls3_235, ls3_236, ls3_237, ls3_238, ls3_239, ls3_240,
             ) = _triton_lu1_forward1(
                 lu1_lu, ls3_223, ls3_224, ls3_225, ls3_226, ls3_227, ls3_228, ls3_229, ls3_230, ls3_231, DTYPE)
-            ls3_241 = (-cse_153)
+            ls3_241 = (-cse_152)
             ls3_242 = (-cse_163)
             ls3_243 = (-cse_168)
             ls3_244 = (-cse_206)
@@ -2746,14 +2744,14 @@ if triton is not None:
                 ls3_247, ls3_248, ls3_249, ls3_250, ls3_251, ls3_252, ls3_253, ls3_254, ls3_255,
             ) = _triton_lu1_forward1(
                 lu1_lu, ls3_241, ls3_242, ls3_243, cse_176, cse_178, cse_179, ls3_244, ls3_245, ls3_246, DTYPE)
-            ls3_256 = (-cse_146 * cse_207)
+            ls3_256 = (-cse_126 * cse_207)
             ls3_257 = (-cse_252 * cse_277)
             ls3_258 = (-cse_126 * cse_223 * cse_225)
             (ls3_259, ls3_260, ls3_261, ls3_265, ls3_266, ls3_267) = _triton_lu1_forward2(
                 lu1_lu, cse_253, cse_253, cse_253, ls3_256, ls3_257, ls3_258, DTYPE)
-            ls3_268 = (-cse_137 * ((cse_123 * cse_148) + (K7 * cse_143 * cse_195 * cse_255)))
+            ls3_268 = (-cse_137 * ((cse_122 * cse_147) + (K7 * cse_143 * cse_195 * cse_255)))
             ls3_269 = (-cse_256 * cse_277)
-            ls3_270 = (-cse_123 * cse_225 * cse_254)
+            ls3_270 = (-cse_122 * cse_225 * cse_254)
             (ls3_271, ls3_272, ls3_273, ls3_277, ls3_278, ls3_279) = _triton_lu1_forward2(
                 lu1_lu, cse_257, cse_257, cse_257, ls3_268, ls3_269, ls3_270, DTYPE)
             ls3_280 = (cse_220 * cse_225)
@@ -3022,20 +3020,20 @@ MC_INLINE void newton_1_iterate(
     real v_ncse_3[MC_W];
     real v_ncse_7[MC_W];
     real v_ncse_8[MC_W];
+    real v_ncse_16[MC_W];
     real v_ncse_17[MC_W];
     real v_ncse_18[MC_W];
     real v_ncse_19[MC_W];
-    real v_ncse_20[MC_W];
+    real v_ncse_48[MC_W];
     real v_ncse_49[MC_W];
-    real v_ncse_50[MC_W];
-    real v_ncse_64[MC_W];
-    real v_ncse_65[MC_W];
-    real v_ncse_72[MC_W];
-    real v_ncse_75[MC_W];
-    real v_ncse_122[MC_W];
-    real v_ncse_124[MC_W];
-    real v_ncse_135[MC_W];
-    real v_ncse_151[MC_W];
+    real v_ncse_62[MC_W];
+    real v_ncse_63[MC_W];
+    real v_ncse_70[MC_W];
+    real v_ncse_73[MC_W];
+    real v_ncse_121[MC_W];
+    real v_ncse_123[MC_W];
+    real v_ncse_134[MC_W];
+    real v_ncse_150[MC_W];
     MC_SIMD MC_LANES {
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
@@ -3063,21 +3061,21 @@ MC_INLINE void newton_1_iterate(
         const real ncse_6 = (((real)1.0) + p_nu);
         const real ncse_7 = (((real)1.0) / ncse_6);
         const real ncse_8 = (p_E * ncse_7);
-        const real ncse_17 = (((real)2.0) * p_nu);
-        const real ncse_18 = (((real)1.0) / (((real)1.0) - ncse_17));
-        const real ncse_19 = (ncse_18 * ncse_8);
-        const real ncse_20 = (p_nu * ncse_19);
-        const real ncse_49 = ((p_E * p_E) * (ncse_7 * ncse_7));
-        const real ncse_50 = (((real)1.5) * ncse_49);
-        const real ncse_64 = (((real)1.0) / (p_sigma_y * p_sigma_y));
-        const real ncse_65 = (p_E * ncse_64);
-        const real ncse_72 = (-ncse_20 - ncse_8);
-        const real ncse_75 = (-ncse_3);
-        const real ncse_122 = fabs(p_E);
-        const real ncse_123 = fabs(ncse_7);
-        const real ncse_124 = (ncse_122 * ncse_123);
-        const real ncse_135 = fabs(ncse_3);
-        const real ncse_151 = (((real)1.5) * (ncse_122 * ncse_122) * (ncse_123 * ncse_123));
+        const real ncse_16 = (((real)2.0) * p_nu);
+        const real ncse_17 = (((real)1.0) / (((real)1.0) - ncse_16));
+        const real ncse_18 = (ncse_17 * ncse_8);
+        const real ncse_19 = (p_nu * ncse_18);
+        const real ncse_48 = ((p_E * p_E) * (ncse_7 * ncse_7));
+        const real ncse_49 = (((real)1.5) * ncse_48);
+        const real ncse_62 = (((real)1.0) / (p_sigma_y * p_sigma_y));
+        const real ncse_63 = (p_E * ncse_62);
+        const real ncse_70 = (-ncse_19 - ncse_8);
+        const real ncse_73 = (-ncse_3);
+        const real ncse_121 = fabs(p_E);
+        const real ncse_122 = fabs(ncse_7);
+        const real ncse_123 = (ncse_121 * ncse_122);
+        const real ncse_134 = fabs(ncse_3);
+        const real ncse_150 = (((real)1.5) * (ncse_121 * ncse_121) * (ncse_122 * ncse_122));
         v_gtn_return_map_converged[l] = (V & 1) && !mc_redo[l] ? v_gtn_return_map_converged[l] : 0;
         v_gtn_return_map_iterations[l] = (V & 1) && !mc_redo[l] ? v_gtn_return_map_iterations[l] : 0;
         mc_act[l] = (V & 1) ? mc_redo[l] : 1;
@@ -3093,20 +3091,20 @@ MC_INLINE void newton_1_iterate(
         v_ncse_3[l] = ncse_3;
         v_ncse_7[l] = ncse_7;
         v_ncse_8[l] = ncse_8;
+        v_ncse_16[l] = ncse_16;
         v_ncse_17[l] = ncse_17;
         v_ncse_18[l] = ncse_18;
         v_ncse_19[l] = ncse_19;
-        v_ncse_20[l] = ncse_20;
+        v_ncse_48[l] = ncse_48;
         v_ncse_49[l] = ncse_49;
-        v_ncse_50[l] = ncse_50;
-        v_ncse_64[l] = ncse_64;
-        v_ncse_65[l] = ncse_65;
-        v_ncse_72[l] = ncse_72;
-        v_ncse_75[l] = ncse_75;
-        v_ncse_122[l] = ncse_122;
-        v_ncse_124[l] = ncse_124;
-        v_ncse_135[l] = ncse_135;
-        v_ncse_151[l] = ncse_151;
+        v_ncse_62[l] = ncse_62;
+        v_ncse_63[l] = ncse_63;
+        v_ncse_70[l] = ncse_70;
+        v_ncse_73[l] = ncse_73;
+        v_ncse_121[l] = ncse_121;
+        v_ncse_123[l] = ncse_123;
+        v_ncse_134[l] = ncse_134;
+        v_ncse_150[l] = ncse_150;
     }
     const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
     const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
@@ -3126,9 +3124,9 @@ MC_INLINE void newton_1_iterate(
         const real p_E = MC_P(1, v_p_E[l]);
         const real ncse_7 = v_ncse_7[l];
         const real p_q2 = MC_P(6, v_p_q2[l]);
-        const real state_internal_phi = v_state_internal_phi[l];
-        const real ncse_20 = v_ncse_20[l];
+        const real ncse_19 = v_ncse_19[l];
         const real p_q1 = MC_P(5, v_p_q1[l]);
+        const real state_internal_phi = v_state_internal_phi[l];
         const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
         const real state_internal_Ep_3 = v_state_internal_Ep_3[l];
         const real forces_E_3 = v_forces_E_3[l];
@@ -3137,29 +3135,29 @@ MC_INLINE void newton_1_iterate(
         const real forces_E_4 = v_forces_E_4[l];
         const real state_internal_Ep_5 = v_state_internal_Ep_5[l];
         const real forces_E_5 = v_forces_E_5[l];
-        const real ncse_50 = v_ncse_50[l];
-        const real p_q3 = MC_P(7, v_p_q3[l]);
-        const real ncse_65 = v_ncse_65[l];
-        const real ncse_17 = v_ncse_17[l];
-        const real ncse_19 = v_ncse_19[l];
-        const real ncse_72 = v_ncse_72[l];
-        const real ncse_75 = v_ncse_75[l];
         const real ncse_49 = v_ncse_49[l];
-        const real ncse_124 = v_ncse_124[l];
-        const real p_nu = MC_P(2, v_p_nu[l]);
+        const real p_q3 = MC_P(7, v_p_q3[l]);
+        const real ncse_63 = v_ncse_63[l];
+        const real ncse_16 = v_ncse_16[l];
         const real ncse_18 = v_ncse_18[l];
-        const real ncse_135 = v_ncse_135[l];
+        const real ncse_70 = v_ncse_70[l];
+        const real ncse_73 = v_ncse_73[l];
+        const real ncse_48 = v_ncse_48[l];
+        const real ncse_123 = v_ncse_123[l];
+        const real p_nu = MC_P(2, v_p_nu[l]);
+        const real ncse_17 = v_ncse_17[l];
+        const real ncse_134 = v_ncse_134[l];
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
         const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
         const real old_state_internal_Ep_3 = v_old_state_internal_Ep_3[l];
         const real old_state_internal_Ep_4 = v_old_state_internal_Ep_4[l];
         const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
-        const real ncse_151 = v_ncse_151[l];
+        const real ncse_150 = v_ncse_150[l];
         const real old_state_internal_ep = v_old_state_internal_ep[l];
         const real old_state_internal_phi = v_old_state_internal_phi[l];
-        const real ncse_122 = v_ncse_122[l];
-        const real ncse_64 = v_ncse_64[l];
+        const real ncse_121 = v_ncse_121[l];
+        const real ncse_62 = v_ncse_62[l];
         const real ncse_0 = (forces_E_0 - state_internal_Ep_0);
         const real ncse_1 = (forces_E_1 - state_internal_Ep_1);
         const real ncse_2 = (forces_E_2 - state_internal_Ep_2);
@@ -3171,161 +3169,160 @@ MC_INLINE void newton_1_iterate(
         const real ncse_11 = (ncse_10 + ncse_9);
         const real ncse_12 = (-ncse_11 + (((real)2.0) * p_E * ncse_0 * ncse_7));
         const real ncse_14 = (p_q2 * ncse_13);
-        const real ncse_15 = mc_pos(state_internal_phi);
-        const real ncse_16 = (ncse_0 * ncse_8);
-        const real ncse_21 = (ncse_20 * (ncse_0 + ncse_1 + ncse_2));
-        const real ncse_22 = (ncse_11 + ncse_16 + (((real)3.0) * ncse_21));
-        const real ncse_23 = (((real)0.5) * ncse_22);
-        const real ncse_24 = (ncse_14 * ncse_23);
-        const real ncse_25 = mc_sinh(ncse_24);
-        const real ncse_26 = (p_q1 * ncse_25);
-        const real ncse_27 = (ncse_15 * ncse_26);
-        const real ncse_28 = (ncse_14 * ncse_27);
-        const real ncse_29 = (ncse_28 + (ncse_12 * ncse_5));
-        const real ncse_30 = (ncse_29 * state_internal_gamma_rate);
-        const real ncse_31 = (-ncse_10 - ncse_16 + (((real)2.0) * p_E * ncse_1 * ncse_7));
-        const real ncse_32 = (ncse_28 + (ncse_31 * ncse_5));
-        const real ncse_33 = (ncse_32 * state_internal_gamma_rate);
-        const real ncse_34 = (-ncse_16 - ncse_9 + (((real)2.0) * p_E * ncse_2 * ncse_7));
-        const real ncse_35 = (ncse_28 + (ncse_34 * ncse_5));
-        const real ncse_36 = (ncse_35 * state_internal_gamma_rate);
-        const real ncse_37 = (-state_internal_Ep_3);
-        const real ncse_38 = (forces_E_3 + ncse_37);
-        const real ncse_39 = (ncse_3 * state_internal_gamma_rate);
-        const real ncse_40 = (((real)3.0) * ncse_5);
-        const real ncse_41 = (ncse_40 * ncse_8);
-        const real ncse_42 = (ncse_39 * ncse_41);
-        const real ncse_43 = (-state_internal_Ep_4);
-        const real ncse_44 = (forces_E_4 + ncse_43);
-        const real ncse_45 = (-state_internal_Ep_5);
-        const real ncse_46 = (forces_E_5 + ncse_45);
-        const real ncse_47 = (p_q2 * ncse_27);
-        const real ncse_48 = (ncse_47 * ncse_5);
-        const real ncse_51 = (((real)0.3333333333333333) * ncse_16);
-        const real ncse_52 = (((real)0.3333333333333333) * ncse_9);
-        const real ncse_53 = (((real)0.3333333333333333) * ncse_10);
-        const real ncse_163 = (-ncse_51 - ncse_52 + (((real)0.6666666666666666) * p_E * ncse_2 * ncse_7));
-        const real ncse_164 = (-ncse_51 - ncse_53 + (((real)0.6666666666666666) * p_E * ncse_1 * ncse_7));
-        const real ncse_165 = (-ncse_52 - ncse_53 + (((real)0.6666666666666666) * p_E * ncse_0 * ncse_7));
-        const real ncse_54 = ((((real)1.5) * (ncse_163 * ncse_163)) + (((real)1.5) * (ncse_164 * ncse_164)) + (((real)1.5) * (ncse_165 * ncse_165)) + (ncse_50 * (ncse_38 * ncse_38)) + (ncse_50 * (ncse_44 * ncse_44)) + (ncse_50 * (ncse_46 * ncse_46)));
-        const real ncse_55 = (ncse_13 * ncse_13 * ncse_13);
-        const real ncse_56 = (((real)2.0) * ncse_55);
-        const real ncse_57 = ((ncse_22 * ncse_48) + (ncse_54 * ncse_56));
-        const real ncse_58 = (((real)1.0) - state_internal_phi);
-        const real ncse_59 = (ncse_30 + ncse_33 + ncse_36);
-        const real ncse_60 = (((real)2.0) * ncse_15);
-        const real ncse_61 = mc_cosh(ncse_24);
-        const real ncse_62 = (p_q1 * ncse_61);
-        const real ncse_63 = (-((real)1.0) + (ncse_5 * ncse_54) + (ncse_60 * ncse_62) - (p_q3 * (ncse_15 * ncse_15)));
-        const real ncse_66 = (ncse_39 * ncse_65);
-        const real ncse_67 = (-ncse_5);
-        const real ncse_68 = (ncse_15 * ncse_62 * (p_q2 * p_q2));
-        const real ncse_69 = (((real)0.5) * ncse_68);
-        const real ncse_70 = (ncse_5 * ncse_69);
-        const real ncse_71 = (ncse_67 + ncse_70);
-        const real ncse_73 = (ncse_70 + (((real)2.0) * ncse_5));
-        const real ncse_74 = ((ncse_72 * ncse_73) - (ncse_17 * ncse_19 * ncse_71));
-        const real ncse_76 = (ncse_75 * state_internal_gamma_rate);
-        const real ncse_77 = (((real)1.0) + (ncse_74 * ncse_76));
-        const real ncse_78 = ((ncse_71 * ncse_72) - (ncse_20 * ncse_71) - (ncse_20 * ncse_73));
-        const real ncse_79 = (ncse_76 * ncse_78);
-        const real ncse_80 = (ncse_48 + (ncse_23 * ncse_55 * ncse_68));
-        const real ncse_81 = (ncse_80 + (ncse_12 * ncse_56));
-        const real ncse_82 = (-ncse_81);
-        const real ncse_83 = (p_K * ncse_76);
-        const real ncse_84 = (state_internal_phi > 0 ? 1 : 0);
-        const real ncse_85 = (ncse_26 * ncse_76 * ncse_84);
-        const real ncse_86 = (ncse_14 * ncse_85);
-        const real ncse_87 = (ncse_80 + (ncse_31 * ncse_56));
-        const real ncse_88 = (-ncse_87);
-        const real ncse_89 = (ncse_80 + (ncse_34 * ncse_56));
-        const real ncse_90 = (-ncse_89);
-        const real ncse_91 = (((real)1.0) - (ncse_41 * ncse_76));
-        const real ncse_92 = (((real)6.0) * ncse_55);
-        const real ncse_93 = (ncse_8 * ncse_83 * ncse_92);
-        const real ncse_94 = (ncse_41 * ncse_75);
-        const real ncse_95 = (ncse_20 * ncse_89);
-        const real ncse_96 = (ncse_20 * ncse_87);
-        const real ncse_97 = (ncse_20 * ncse_81);
-        const real ncse_98 = (ncse_38 * ncse_49);
-        const real ncse_99 = (ncse_76 * ncse_92);
-        const real ncse_100 = (ncse_49 * ncse_99);
-        const real ncse_101 = (ncse_13 * ncse_13 * ncse_13 * ncse_13);
-        const real ncse_102 = (ncse_58 * state_internal_gamma_rate);
-        const real ncse_103 = (ncse_75 * ((ncse_102 * ncse_74) + (((real)2.0) * ncse_102 * ncse_78)));
-        const real ncse_104 = (p_K * ncse_102);
-        const real ncse_105 = ((-ncse_63 - ncse_66) > 0 ? 1 : 0);
-        const real ncse_106 = (-((real)1.0) + ncse_105);
-        const real ncse_107 = (ncse_20 * ncse_35);
-        const real ncse_108 = (ncse_20 * ncse_32);
-        const real ncse_109 = (ncse_20 * ncse_29);
-        const real ncse_110 = (ncse_106 * ncse_40);
-        const real ncse_111 = (ncse_110 * ncse_49);
-        const real ncse_112 = fabs(state_internal_Ep_0);
-        const real ncse_113 = fabs(state_internal_ep);
-        const real ncse_114 = ((ncse_113 * fabs(p_K)) + fabs(p_sigma_y));
-        const real ncse_115 = fabs(state_internal_phi);
-        const real ncse_116 = (ncse_115 * fabs(p_q1));
-        const real ncse_117 = (ncse_116 * fabs(p_q2) * fabs(ncse_25));
-        const real ncse_118 = (ncse_117 * ((ncse_114 * fabs(ncse_67)) + fabs(ncse_13)));
-        const real ncse_119 = ((ncse_114 * fabs((-ncse_56))) + fabs(ncse_5));
-        const real ncse_120 = fabs(state_internal_Ep_1);
-        const real ncse_121 = (ncse_120 + fabs(forces_E_1));
-        const real ncse_125 = (ncse_121 * ncse_124);
-        const real ncse_126 = (ncse_112 + fabs(forces_E_0));
-        const real ncse_127 = (ncse_124 * ncse_126);
-        const real ncse_128 = fabs(state_internal_Ep_2);
-        const real ncse_129 = (ncse_128 + fabs(forces_E_2));
-        const real ncse_130 = (ncse_124 * ncse_129);
-        const real ncse_131 = (ncse_124 * (ncse_121 + ncse_126 + ncse_129) * fabs(p_nu) * fabs(ncse_18));
-        const real ncse_132 = (((real)4.0) * ncse_131);
-        const real ncse_133 = (ncse_130 + ncse_132);
-        const real ncse_134 = fabs(state_internal_gamma_rate);
-        const real ncse_136 = (ncse_134 * ncse_135);
-        const real ncse_137 = (ncse_112 + (ncse_136 * (ncse_118 + (ncse_119 * (ncse_125 + ncse_133 + (((real)2.0) * ncse_127))))) + fabs(old_state_internal_Ep_0));
-        const real ncse_138 = (ncse_120 + (ncse_136 * (ncse_118 + (ncse_119 * (ncse_127 + ncse_133 + (((real)2.0) * ncse_125))))) + fabs(old_state_internal_Ep_1));
-        const real ncse_139 = (ncse_125 + ncse_127);
-        const real ncse_140 = (ncse_128 + (ncse_136 * (ncse_118 + (ncse_119 * (ncse_132 + ncse_139 + (((real)2.0) * ncse_130))))) + fabs(old_state_internal_Ep_2));
-        const real ncse_141 = fabs(state_internal_Ep_3);
-        const real ncse_142 = (ncse_141 + fabs(forces_E_3));
-        const real ncse_143 = (((real)3.0) * ncse_119 * ncse_124 * ncse_136);
-        const real ncse_144 = (ncse_141 + (ncse_142 * ncse_143) + fabs(old_state_internal_Ep_3));
-        const real ncse_145 = fabs(state_internal_Ep_4);
-        const real ncse_146 = (ncse_145 + fabs(forces_E_4));
-        const real ncse_147 = (ncse_145 + (ncse_143 * ncse_146) + fabs(old_state_internal_Ep_4));
-        const real ncse_148 = fabs(state_internal_Ep_5);
-        const real ncse_149 = (ncse_148 + fabs(forces_E_5));
-        const real ncse_150 = (ncse_148 + (ncse_143 * ncse_149) + fabs(old_state_internal_Ep_5));
-        const real ncse_152 = (((real)0.3333333333333333) * ncse_125);
-        const real ncse_153 = (((real)1.3333333333333333) * ncse_131);
-        const real ncse_154 = (ncse_153 + (((real)0.3333333333333333) * ncse_127));
-        const real ncse_155 = (((real)0.3333333333333333) * ncse_130);
-        const real ncse_166 = (ncse_152 + ncse_154 + (((real)0.6666666666666666) * ncse_130));
-        const real ncse_167 = (ncse_154 + ncse_155 + (((real)0.6666666666666666) * ncse_125));
-        const real ncse_168 = (ncse_152 + ncse_153 + ncse_155 + (((real)0.6666666666666666) * ncse_127));
-        const real ncse_156 = ((((real)1.5) * (ncse_166 * ncse_166)) + (((real)1.5) * (ncse_167 * ncse_167)) + (((real)1.5) * (ncse_168 * ncse_168)) + (ncse_151 * (ncse_142 * ncse_142)) + (ncse_151 * (ncse_146 * ncse_146)) + (ncse_151 * (ncse_149 * ncse_149)));
-        const real ncse_157 = (ncse_113 + (ncse_136 * ((((real)2.0) * ncse_156 * ((ncse_114 * fabs((-((real)3.0) * ncse_101))) + fabs(ncse_55))) + (ncse_117 * ncse_119 * (ncse_130 + ncse_139 + (((real)3.0) * ncse_131))))) + fabs(old_state_internal_ep));
-        const real ncse_158 = fabs((ncse_16 + ncse_21));
-        const real ncse_159 = fabs((ncse_21 + ncse_9));
-        const real ncse_160 = fabs((ncse_10 + ncse_21));
-        const real ncse_161 = (ncse_115 + (ncse_135 * (((real)1.0) + ncse_115) * ((ncse_134 * (ncse_118 + (ncse_119 * (ncse_158 + ncse_159 + (((real)2.0) * ncse_160))))) + (ncse_134 * (ncse_118 + (ncse_119 * (ncse_158 + ncse_160 + (((real)2.0) * ncse_159))))) + (ncse_134 * (ncse_118 + (ncse_119 * (ncse_159 + ncse_160 + (((real)2.0) * ncse_158))))))) + fabs(old_state_internal_phi));
-        const real ncse_162 = ((ncse_119 * ncse_156) + ((ncse_115 * ncse_115) * fabs(p_q3)) + (((real)2.0) * ncse_116 * fabs(ncse_61)) + (ncse_122 * ncse_136 * fabs(ncse_64)));
-        const real nt1_r_0 = (state_internal_Ep_0 - old_state_internal_Ep_0 - (ncse_3 * ncse_30));
-        const real nt1_r_1 = (state_internal_Ep_1 - old_state_internal_Ep_1 - (ncse_3 * ncse_33));
-        const real nt1_r_2 = (state_internal_Ep_2 - old_state_internal_Ep_2 - (ncse_3 * ncse_36));
-        const real nt1_r_3 = (-ncse_37 - old_state_internal_Ep_3 - (ncse_38 * ncse_42));
-        const real nt1_r_4 = (-ncse_43 - old_state_internal_Ep_4 - (ncse_42 * ncse_44));
-        const real nt1_r_5 = (-ncse_45 - old_state_internal_Ep_5 - (ncse_42 * ncse_46));
-        const real nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_39 * ncse_57));
-        const real nt1_r_7 = (state_internal_phi - old_state_internal_phi - (ncse_3 * ncse_58 * ncse_59));
-        const real nt1_r_8 = mc_le((-ncse_63), ncse_66);
+        const real ncse_15 = (ncse_0 * ncse_8);
+        const real ncse_20 = (ncse_19 * (ncse_0 + ncse_1 + ncse_2));
+        const real ncse_21 = (ncse_11 + ncse_15 + (((real)3.0) * ncse_20));
+        const real ncse_22 = (((real)0.5) * ncse_21);
+        const real ncse_23 = (ncse_14 * ncse_22);
+        const real ncse_24 = mc_sinh(ncse_23);
+        const real ncse_25 = (p_q1 * mc_pos(state_internal_phi));
+        const real ncse_26 = (ncse_24 * ncse_25);
+        const real ncse_27 = (ncse_14 * ncse_26);
+        const real ncse_28 = (ncse_27 + (ncse_12 * ncse_5));
+        const real ncse_29 = (ncse_28 * state_internal_gamma_rate);
+        const real ncse_30 = (-ncse_10 - ncse_15 + (((real)2.0) * p_E * ncse_1 * ncse_7));
+        const real ncse_31 = (ncse_27 + (ncse_30 * ncse_5));
+        const real ncse_32 = (ncse_31 * state_internal_gamma_rate);
+        const real ncse_33 = (-ncse_15 - ncse_9 + (((real)2.0) * p_E * ncse_2 * ncse_7));
+        const real ncse_34 = (ncse_27 + (ncse_33 * ncse_5));
+        const real ncse_35 = (ncse_34 * state_internal_gamma_rate);
+        const real ncse_36 = (-state_internal_Ep_3);
+        const real ncse_37 = (forces_E_3 + ncse_36);
+        const real ncse_38 = (ncse_3 * state_internal_gamma_rate);
+        const real ncse_39 = (((real)3.0) * ncse_5);
+        const real ncse_40 = (ncse_39 * ncse_8);
+        const real ncse_41 = (ncse_38 * ncse_40);
+        const real ncse_42 = (-state_internal_Ep_4);
+        const real ncse_43 = (forces_E_4 + ncse_42);
+        const real ncse_44 = (-state_internal_Ep_5);
+        const real ncse_45 = (forces_E_5 + ncse_44);
+        const real ncse_46 = (p_q2 * ncse_26);
+        const real ncse_47 = (ncse_46 * ncse_5);
+        const real ncse_50 = (((real)0.3333333333333333) * ncse_15);
+        const real ncse_51 = (((real)0.3333333333333333) * ncse_9);
+        const real ncse_52 = (((real)0.3333333333333333) * ncse_10);
+        const real ncse_162 = (-ncse_50 - ncse_51 + (((real)0.6666666666666666) * p_E * ncse_2 * ncse_7));
+        const real ncse_163 = (-ncse_50 - ncse_52 + (((real)0.6666666666666666) * p_E * ncse_1 * ncse_7));
+        const real ncse_164 = (-ncse_51 - ncse_52 + (((real)0.6666666666666666) * p_E * ncse_0 * ncse_7));
+        const real ncse_53 = ((((real)1.5) * (ncse_162 * ncse_162)) + (((real)1.5) * (ncse_163 * ncse_163)) + (((real)1.5) * (ncse_164 * ncse_164)) + (ncse_49 * (ncse_37 * ncse_37)) + (ncse_49 * (ncse_43 * ncse_43)) + (ncse_49 * (ncse_45 * ncse_45)));
+        const real ncse_54 = (ncse_13 * ncse_13 * ncse_13);
+        const real ncse_55 = (((real)2.0) * ncse_54);
+        const real ncse_56 = ((ncse_21 * ncse_47) + (ncse_53 * ncse_55));
+        const real ncse_57 = (((real)1.0) - state_internal_phi);
+        const real ncse_58 = (ncse_29 + ncse_32 + ncse_35);
+        const real ncse_59 = mc_cosh(ncse_23);
+        const real ncse_60 = (((real)2.0) * ncse_59);
+        const real ncse_61 = (-((real)1.0) + (ncse_25 * ncse_60) + (ncse_5 * ncse_53) - (p_q3 * (state_internal_phi * state_internal_phi)));
+        const real ncse_64 = (ncse_38 * ncse_63);
+        const real ncse_65 = (-ncse_5);
+        const real ncse_66 = (ncse_25 * ncse_59 * (p_q2 * p_q2));
+        const real ncse_67 = (((real)0.5) * ncse_66);
+        const real ncse_68 = (ncse_5 * ncse_67);
+        const real ncse_69 = (ncse_65 + ncse_68);
+        const real ncse_71 = (ncse_68 + (((real)2.0) * ncse_5));
+        const real ncse_72 = ((ncse_70 * ncse_71) - (ncse_16 * ncse_18 * ncse_69));
+        const real ncse_74 = (ncse_73 * state_internal_gamma_rate);
+        const real ncse_75 = (((real)1.0) + (ncse_72 * ncse_74));
+        const real ncse_76 = ((ncse_69 * ncse_70) - (ncse_19 * ncse_69) - (ncse_19 * ncse_71));
+        const real ncse_77 = (ncse_74 * ncse_76);
+        const real ncse_78 = (ncse_47 + (ncse_22 * ncse_54 * ncse_66));
+        const real ncse_79 = (ncse_78 + (ncse_12 * ncse_55));
+        const real ncse_80 = (-ncse_79);
+        const real ncse_81 = (p_K * ncse_74);
+        const real ncse_82 = (state_internal_phi > 0 ? 1 : 0);
+        const real ncse_83 = (p_q1 * ncse_82);
+        const real ncse_84 = (ncse_24 * ncse_74 * ncse_83);
+        const real ncse_85 = (ncse_14 * ncse_84);
+        const real ncse_86 = (ncse_78 + (ncse_30 * ncse_55));
+        const real ncse_87 = (-ncse_86);
+        const real ncse_88 = (ncse_78 + (ncse_33 * ncse_55));
+        const real ncse_89 = (-ncse_88);
+        const real ncse_90 = (((real)1.0) - (ncse_40 * ncse_74));
+        const real ncse_91 = (((real)6.0) * ncse_54);
+        const real ncse_92 = (ncse_8 * ncse_81 * ncse_91);
+        const real ncse_93 = (ncse_40 * ncse_73);
+        const real ncse_94 = (ncse_19 * ncse_88);
+        const real ncse_95 = (ncse_19 * ncse_86);
+        const real ncse_96 = (ncse_19 * ncse_79);
+        const real ncse_97 = (ncse_37 * ncse_48);
+        const real ncse_98 = (ncse_74 * ncse_91);
+        const real ncse_99 = (ncse_48 * ncse_98);
+        const real ncse_100 = (ncse_13 * ncse_13 * ncse_13 * ncse_13);
+        const real ncse_101 = (ncse_57 * state_internal_gamma_rate);
+        const real ncse_102 = (ncse_73 * ((ncse_101 * ncse_72) + (((real)2.0) * ncse_101 * ncse_76)));
+        const real ncse_103 = (p_K * ncse_101);
+        const real ncse_104 = ((-ncse_61 - ncse_64) > 0 ? 1 : 0);
+        const real ncse_105 = (-((real)1.0) + ncse_104);
+        const real ncse_106 = (ncse_19 * ncse_34);
+        const real ncse_107 = (ncse_19 * ncse_31);
+        const real ncse_108 = (ncse_19 * ncse_28);
+        const real ncse_109 = (ncse_105 * ncse_39);
+        const real ncse_110 = (ncse_109 * ncse_48);
+        const real ncse_111 = fabs(state_internal_Ep_0);
+        const real ncse_112 = fabs(state_internal_ep);
+        const real ncse_113 = ((ncse_112 * fabs(p_K)) + fabs(p_sigma_y));
+        const real ncse_114 = fabs(state_internal_phi);
+        const real ncse_115 = (ncse_114 * fabs(p_q1));
+        const real ncse_116 = (ncse_115 * fabs(p_q2) * fabs(ncse_24));
+        const real ncse_117 = (ncse_116 * ((ncse_113 * fabs(ncse_65)) + fabs(ncse_13)));
+        const real ncse_118 = ((ncse_113 * fabs((-ncse_55))) + fabs(ncse_5));
+        const real ncse_119 = fabs(state_internal_Ep_1);
+        const real ncse_120 = (ncse_119 + fabs(forces_E_1));
+        const real ncse_124 = (ncse_120 * ncse_123);
+        const real ncse_125 = (ncse_111 + fabs(forces_E_0));
+        const real ncse_126 = (ncse_123 * ncse_125);
+        const real ncse_127 = fabs(state_internal_Ep_2);
+        const real ncse_128 = (ncse_127 + fabs(forces_E_2));
+        const real ncse_129 = (ncse_123 * ncse_128);
+        const real ncse_130 = (ncse_123 * (ncse_120 + ncse_125 + ncse_128) * fabs(p_nu) * fabs(ncse_17));
+        const real ncse_131 = (((real)4.0) * ncse_130);
+        const real ncse_132 = (ncse_129 + ncse_131);
+        const real ncse_133 = fabs(state_internal_gamma_rate);
+        const real ncse_135 = (ncse_133 * ncse_134);
+        const real ncse_136 = (ncse_111 + (ncse_135 * (ncse_117 + (ncse_118 * (ncse_124 + ncse_132 + (((real)2.0) * ncse_126))))) + fabs(old_state_internal_Ep_0));
+        const real ncse_137 = (ncse_119 + (ncse_135 * (ncse_117 + (ncse_118 * (ncse_126 + ncse_132 + (((real)2.0) * ncse_124))))) + fabs(old_state_internal_Ep_1));
+        const real ncse_138 = (ncse_124 + ncse_126);
+        const real ncse_139 = (ncse_127 + (ncse_135 * (ncse_117 + (ncse_118 * (ncse_131 + ncse_138 + (((real)2.0) * ncse_129))))) + fabs(old_state_internal_Ep_2));
+        const real ncse_140 = fabs(state_internal_Ep_3);
+        const real ncse_141 = (ncse_140 + fabs(forces_E_3));
+        const real ncse_142 = (((real)3.0) * ncse_118 * ncse_123 * ncse_135);
+        const real ncse_143 = (ncse_140 + (ncse_141 * ncse_142) + fabs(old_state_internal_Ep_3));
+        const real ncse_144 = fabs(state_internal_Ep_4);
+        const real ncse_145 = (ncse_144 + fabs(forces_E_4));
+        const real ncse_146 = (ncse_144 + (ncse_142 * ncse_145) + fabs(old_state_internal_Ep_4));
+        const real ncse_147 = fabs(state_internal_Ep_5);
+        const real ncse_148 = (ncse_147 + fabs(forces_E_5));
+        const real ncse_149 = (ncse_147 + (ncse_142 * ncse_148) + fabs(old_state_internal_Ep_5));
+        const real ncse_151 = (((real)0.3333333333333333) * ncse_124);
+        const real ncse_152 = (((real)1.3333333333333333) * ncse_130);
+        const real ncse_153 = (ncse_152 + (((real)0.3333333333333333) * ncse_126));
+        const real ncse_154 = (((real)0.3333333333333333) * ncse_129);
+        const real ncse_165 = (ncse_151 + ncse_153 + (((real)0.6666666666666666) * ncse_129));
+        const real ncse_166 = (ncse_153 + ncse_154 + (((real)0.6666666666666666) * ncse_124));
+        const real ncse_167 = (ncse_151 + ncse_152 + ncse_154 + (((real)0.6666666666666666) * ncse_126));
+        const real ncse_155 = ((((real)1.5) * (ncse_165 * ncse_165)) + (((real)1.5) * (ncse_166 * ncse_166)) + (((real)1.5) * (ncse_167 * ncse_167)) + (ncse_150 * (ncse_141 * ncse_141)) + (ncse_150 * (ncse_145 * ncse_145)) + (ncse_150 * (ncse_148 * ncse_148)));
+        const real ncse_156 = (ncse_112 + (ncse_135 * ((((real)2.0) * ncse_155 * ((ncse_113 * fabs((-((real)3.0) * ncse_100))) + fabs(ncse_54))) + (ncse_116 * ncse_118 * (ncse_129 + ncse_138 + (((real)3.0) * ncse_130))))) + fabs(old_state_internal_ep));
+        const real ncse_157 = fabs((ncse_15 + ncse_20));
+        const real ncse_158 = fabs((ncse_20 + ncse_9));
+        const real ncse_159 = fabs((ncse_10 + ncse_20));
+        const real ncse_160 = (ncse_114 + (ncse_134 * (((real)1.0) + ncse_114) * ((ncse_133 * (ncse_117 + (ncse_118 * (ncse_157 + ncse_158 + (((real)2.0) * ncse_159))))) + (ncse_133 * (ncse_117 + (ncse_118 * (ncse_157 + ncse_159 + (((real)2.0) * ncse_158))))) + (ncse_133 * (ncse_117 + (ncse_118 * (ncse_158 + ncse_159 + (((real)2.0) * ncse_157))))))) + fabs(old_state_internal_phi));
+        const real ncse_161 = ((ncse_118 * ncse_155) + ((ncse_114 * ncse_114) * fabs(p_q3)) + (((real)2.0) * ncse_115 * fabs(ncse_59)) + (ncse_121 * ncse_135 * fabs(ncse_62)));
+        const real nt1_r_0 = (state_internal_Ep_0 - old_state_internal_Ep_0 - (ncse_29 * ncse_3));
+        const real nt1_r_1 = (state_internal_Ep_1 - old_state_internal_Ep_1 - (ncse_3 * ncse_32));
+        const real nt1_r_2 = (state_internal_Ep_2 - old_state_internal_Ep_2 - (ncse_3 * ncse_35));
+        const real nt1_r_3 = (-ncse_36 - old_state_internal_Ep_3 - (ncse_37 * ncse_41));
+        const real nt1_r_4 = (-ncse_42 - old_state_internal_Ep_4 - (ncse_41 * ncse_43));
+        const real nt1_r_5 = (-ncse_44 - old_state_internal_Ep_5 - (ncse_41 * ncse_45));
+        const real nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_38 * ncse_56));
+        const real nt1_r_7 = (state_internal_phi - old_state_internal_phi - (ncse_3 * ncse_57 * ncse_58));
+        const real nt1_r_8 = mc_le((-ncse_61), ncse_64);
         const real gtn_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8)));
         const real nt1_rnorm0 = it == 0 ? gtn_return_map_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * ((((real)3e+38) - ncse_137) > 0 ? ncse_137 : ((real)0.0)))) & (fabs(nt1_r_1) <= (nt1_rtol * ((((real)3e+38) - ncse_138) > 0 ? ncse_138 : ((real)0.0)))));
-        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_2) <= (nt1_rtol * ((((real)3e+38) - ncse_140) > 0 ? ncse_140 : ((real)0.0)))) & (fabs(nt1_r_3) <= (nt1_rtol * ((((real)3e+38) - ncse_144) > 0 ? ncse_144 : ((real)0.0)))));
-        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * ((((real)3e+38) - ncse_147) > 0 ? ncse_147 : ((real)0.0)))) & (fabs(nt1_r_5) <= (nt1_rtol * ((((real)3e+38) - ncse_150) > 0 ? ncse_150 : ((real)0.0)))));
-        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((((real)3e+38) - ncse_157) > 0 ? ncse_157 : ((real)0.0)))) & (fabs(nt1_r_7) <= (nt1_rtol * ((((real)3e+38) - ncse_161) > 0 ? ncse_161 : ((real)0.0)))));
-        const int nt1_scaled4 = (nt1_scaled3 & (fabs(nt1_r_8) <= (nt1_rtol * ((((real)3e+38) - ncse_162) > 0 ? (((real)1.0) + ncse_162) : ((real)0.0)))));
+        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * ((((real)3e+38) - ncse_136) > 0 ? ncse_136 : ((real)0.0)))) & (fabs(nt1_r_1) <= (nt1_rtol * ((((real)3e+38) - ncse_137) > 0 ? ncse_137 : ((real)0.0)))));
+        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_2) <= (nt1_rtol * ((((real)3e+38) - ncse_139) > 0 ? ncse_139 : ((real)0.0)))) & (fabs(nt1_r_3) <= (nt1_rtol * ((((real)3e+38) - ncse_143) > 0 ? ncse_143 : ((real)0.0)))));
+        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * ((((real)3e+38) - ncse_146) > 0 ? ncse_146 : ((real)0.0)))) & (fabs(nt1_r_5) <= (nt1_rtol * ((((real)3e+38) - ncse_149) > 0 ? ncse_149 : ((real)0.0)))));
+        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((((real)3e+38) - ncse_156) > 0 ? ncse_156 : ((real)0.0)))) & (fabs(nt1_r_7) <= (nt1_rtol * ((((real)3e+38) - ncse_160) > 0 ? ncse_160 : ((real)0.0)))));
+        const int nt1_scaled4 = (nt1_scaled3 & (fabs(nt1_r_8) <= (nt1_rtol * ((((real)3e+38) - ncse_161) > 0 ? (((real)1.0) + ncse_161) : ((real)0.0)))));
         const int nt1_ok = (nt1_scaled4 | (gtn_return_map_residual_norm <= nt1_atol));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
@@ -3333,70 +3330,70 @@ MC_INLINE void newton_1_iterate(
         v_gtn_return_map_residual_norm[l] = mc_was ? gtn_return_map_residual_norm : v_gtn_return_map_residual_norm[l];
         const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit);
         mc_act[l] = mc_go;
-        const real nt1_1 = (ncse_82 * ncse_83);
-        const real nt1_2 = (ncse_29 * ncse_75);
-        const real nt1_3 = (ncse_83 * ncse_88);
-        const real nt1_4 = (ncse_32 * ncse_75);
-        const real nt1_5 = (ncse_83 * ncse_90);
-        const real nt1_6 = (ncse_35 * ncse_75);
-        const real nt1_7 = (-ncse_38 * ncse_93);
-        const real nt1_8 = (ncse_38 * ncse_94);
-        const real nt1_9 = (-ncse_44 * ncse_93);
-        const real nt1_10 = (ncse_44 * ncse_94);
-        const real nt1_11 = (-ncse_46 * ncse_93);
-        const real nt1_12 = (ncse_46 * ncse_94);
-        const real nt1_13 = (ncse_76 * (-ncse_95 - ncse_96 + (ncse_72 * ncse_81)));
-        const real nt1_14 = (ncse_76 * (-ncse_95 - ncse_97 + (ncse_72 * ncse_87)));
-        const real nt1_15 = (ncse_76 * (-ncse_96 - ncse_97 + (ncse_72 * ncse_89)));
-        const real nt1_16 = (-ncse_98 * ncse_99);
-        const real nt1_17 = (-ncse_100 * ncse_44);
-        const real nt1_18 = (-ncse_100 * ncse_46);
-        const real nt1_19 = (((real)1.0) + (ncse_83 * (-(((real)6.0) * ncse_101 * ncse_54) - (ncse_101 * ncse_69 * (ncse_22 * ncse_22)) - (ncse_22 * ncse_47 * ncse_56))));
-        const real nt1_20 = (p_q2 * ncse_22 * ncse_5 * ncse_85);
-        const real nt1_21 = (ncse_57 * ncse_75);
-        const real nt1_22 = (ncse_75 * ((ncse_104 * ncse_82) + (ncse_104 * ncse_88) + (ncse_104 * ncse_90)));
-        const real nt1_23 = (((real)1.0) + (ncse_75 * (-ncse_59 + (((real)3.0) * p_q1 * p_q2 * ncse_13 * ncse_25 * ncse_58 * ncse_84 * state_internal_gamma_rate))));
-        const real nt1_24 = (ncse_75 * ((ncse_29 * ncse_58) + (ncse_32 * ncse_58) + (ncse_35 * ncse_58)));
-        const real nt1_25 = (ncse_106 * (-ncse_107 - ncse_108 + (ncse_29 * ncse_72)));
-        const real nt1_26 = (ncse_106 * (-ncse_107 - ncse_109 + (ncse_32 * ncse_72)));
-        const real nt1_27 = (ncse_106 * (-ncse_108 - ncse_109 + (ncse_35 * ncse_72)));
-        const real nt1_28 = (-ncse_110 * ncse_98);
-        const real nt1_29 = (-ncse_111 * ncse_44);
-        const real nt1_30 = (-ncse_111 * ncse_46);
-        const real nt1_31 = (-p_K * ncse_106 * ncse_57);
-        const real nt1_32 = (ncse_106 * ((((real)2.0) * ncse_62 * ncse_84) - (p_q3 * ncse_60 * ncse_84)));
-        const real nt1_33 = (ncse_105 * ncse_3 * ncse_65);
-        const int nt1_34 = ((fabs(ncse_77) >= (((real)1e-12) * fabs(ncse_79))) & (fabs(ncse_77) >= (((real)1e-12) * fabs(ncse_86))) & (fabs(ncse_77) >= (((real)1e-12) * fabs(nt1_1))) & (fabs(ncse_77) >= (((real)1e-12) * fabs(nt1_2))));
-        const real nt1_35 = (nt1_34 ? (((real)1.0) / ncse_77) : MC_NAN);
-        const real nt1_36 = (ncse_79 * nt1_35);
-        const real nt1_37 = (ncse_77 - (ncse_79 * nt1_36));
-        const real nt1_38 = (ncse_79 - (ncse_79 * nt1_36));
+        const real nt1_1 = (ncse_80 * ncse_81);
+        const real nt1_2 = (ncse_28 * ncse_73);
+        const real nt1_3 = (ncse_81 * ncse_87);
+        const real nt1_4 = (ncse_31 * ncse_73);
+        const real nt1_5 = (ncse_81 * ncse_89);
+        const real nt1_6 = (ncse_34 * ncse_73);
+        const real nt1_7 = (-ncse_37 * ncse_92);
+        const real nt1_8 = (ncse_37 * ncse_93);
+        const real nt1_9 = (-ncse_43 * ncse_92);
+        const real nt1_10 = (ncse_43 * ncse_93);
+        const real nt1_11 = (-ncse_45 * ncse_92);
+        const real nt1_12 = (ncse_45 * ncse_93);
+        const real nt1_13 = (ncse_74 * (-ncse_94 - ncse_95 + (ncse_70 * ncse_79)));
+        const real nt1_14 = (ncse_74 * (-ncse_94 - ncse_96 + (ncse_70 * ncse_86)));
+        const real nt1_15 = (ncse_74 * (-ncse_95 - ncse_96 + (ncse_70 * ncse_88)));
+        const real nt1_16 = (-ncse_97 * ncse_98);
+        const real nt1_17 = (-ncse_43 * ncse_99);
+        const real nt1_18 = (-ncse_45 * ncse_99);
+        const real nt1_19 = (((real)1.0) + (ncse_81 * (-(((real)6.0) * ncse_100 * ncse_53) - (ncse_100 * ncse_67 * (ncse_21 * ncse_21)) - (ncse_21 * ncse_46 * ncse_55))));
+        const real nt1_20 = (p_q2 * ncse_21 * ncse_5 * ncse_84);
+        const real nt1_21 = (ncse_56 * ncse_73);
+        const real nt1_22 = (ncse_73 * ((ncse_103 * ncse_80) + (ncse_103 * ncse_87) + (ncse_103 * ncse_89)));
+        const real nt1_23 = (((real)1.0) + (ncse_73 * (-ncse_58 + (((real)3.0) * p_q1 * p_q2 * ncse_13 * ncse_24 * ncse_57 * ncse_82 * state_internal_gamma_rate))));
+        const real nt1_24 = (ncse_73 * ((ncse_28 * ncse_57) + (ncse_31 * ncse_57) + (ncse_34 * ncse_57)));
+        const real nt1_25 = (ncse_105 * (-ncse_106 - ncse_107 + (ncse_28 * ncse_70)));
+        const real nt1_26 = (ncse_105 * (-ncse_106 - ncse_108 + (ncse_31 * ncse_70)));
+        const real nt1_27 = (ncse_105 * (-ncse_107 - ncse_108 + (ncse_34 * ncse_70)));
+        const real nt1_28 = (-ncse_109 * ncse_97);
+        const real nt1_29 = (-ncse_110 * ncse_43);
+        const real nt1_30 = (-ncse_110 * ncse_45);
+        const real nt1_31 = (-p_K * ncse_105 * ncse_56);
+        const real nt1_32 = (ncse_105 * ((ncse_60 * ncse_83) - (((real)2.0) * p_q3 * state_internal_phi)));
+        const real nt1_33 = (ncse_104 * ncse_3 * ncse_63);
+        const int nt1_34 = ((fabs(ncse_75) >= (((real)1e-12) * fabs(ncse_77))) & (fabs(ncse_75) >= (((real)1e-12) * fabs(ncse_85))) & (fabs(ncse_75) >= (((real)1e-12) * fabs(nt1_1))) & (fabs(ncse_75) >= (((real)1e-12) * fabs(nt1_2))));
+        const real nt1_35 = (nt1_34 ? (((real)1.0) / ncse_75) : MC_NAN);
+        const real nt1_36 = (ncse_77 * nt1_35);
+        const real nt1_37 = (ncse_75 - (ncse_77 * nt1_36));
+        const real nt1_38 = (ncse_77 - (ncse_77 * nt1_36));
         const real nt1_39 = (nt1_3 - (nt1_1 * nt1_36));
-        const real nt1_40 = (ncse_86 - (ncse_86 * nt1_36));
+        const real nt1_40 = (ncse_85 - (ncse_85 * nt1_36));
         const real nt1_41 = (nt1_4 - (nt1_2 * nt1_36));
-        const real nt1_42 = (ncse_79 * nt1_35);
-        const real nt1_43 = (ncse_79 - (ncse_79 * nt1_42));
-        const real nt1_44 = (ncse_77 - (ncse_79 * nt1_42));
+        const real nt1_42 = (ncse_77 * nt1_35);
+        const real nt1_43 = (ncse_77 - (ncse_77 * nt1_42));
+        const real nt1_44 = (ncse_75 - (ncse_77 * nt1_42));
         const real nt1_45 = (nt1_5 - (nt1_1 * nt1_42));
-        const real nt1_46 = (ncse_86 - (ncse_86 * nt1_42));
+        const real nt1_46 = (ncse_85 - (ncse_85 * nt1_42));
         const real nt1_47 = (nt1_6 - (nt1_2 * nt1_42));
         const real nt1_48 = (nt1_13 * nt1_35);
-        const real nt1_49 = (nt1_14 - (ncse_79 * nt1_48));
-        const real nt1_50 = (nt1_15 - (ncse_79 * nt1_48));
+        const real nt1_49 = (nt1_14 - (ncse_77 * nt1_48));
+        const real nt1_50 = (nt1_15 - (ncse_77 * nt1_48));
         const real nt1_51 = (nt1_19 - (nt1_1 * nt1_48));
-        const real nt1_52 = (nt1_20 - (ncse_86 * nt1_48));
+        const real nt1_52 = (nt1_20 - (ncse_85 * nt1_48));
         const real nt1_53 = (nt1_21 - (nt1_2 * nt1_48));
-        const real nt1_54 = (ncse_103 * nt1_35);
-        const real nt1_55 = (ncse_103 - (ncse_79 * nt1_54));
-        const real nt1_56 = (ncse_103 - (ncse_79 * nt1_54));
+        const real nt1_54 = (ncse_102 * nt1_35);
+        const real nt1_55 = (ncse_102 - (ncse_77 * nt1_54));
+        const real nt1_56 = (ncse_102 - (ncse_77 * nt1_54));
         const real nt1_57 = (nt1_22 - (nt1_1 * nt1_54));
-        const real nt1_58 = (nt1_23 - (ncse_86 * nt1_54));
+        const real nt1_58 = (nt1_23 - (ncse_85 * nt1_54));
         const real nt1_59 = (nt1_24 - (nt1_2 * nt1_54));
         const real nt1_60 = (nt1_25 * nt1_35);
-        const real nt1_61 = (nt1_26 - (ncse_79 * nt1_60));
-        const real nt1_62 = (nt1_27 - (ncse_79 * nt1_60));
+        const real nt1_61 = (nt1_26 - (ncse_77 * nt1_60));
+        const real nt1_62 = (nt1_27 - (ncse_77 * nt1_60));
         const real nt1_63 = (nt1_31 - (nt1_1 * nt1_60));
-        const real nt1_64 = (nt1_32 - (ncse_86 * nt1_60));
+        const real nt1_64 = (nt1_32 - (ncse_85 * nt1_60));
         const real nt1_65 = (nt1_33 - (nt1_2 * nt1_60));
         const int nt1_66 = ((fabs(nt1_37) >= (((real)1e-12) * fabs(nt1_38))) & (fabs(nt1_37) >= (((real)1e-12) * fabs(nt1_39))) & (fabs(nt1_37) >= (((real)1e-12) * fabs(nt1_40))) & (fabs(nt1_37) >= (((real)1e-12) * fabs(nt1_41))));
         const real nt1_67 = (nt1_66 ? (((real)1.0) / nt1_37) : MC_NAN);
@@ -3434,24 +3431,24 @@ MC_INLINE void newton_1_iterate(
         const real nt1_99 = (nt1_85 - (nt1_70 * nt1_98));
         const real nt1_100 = (nt1_86 - (nt1_71 * nt1_98));
         const real nt1_101 = (nt1_87 - (nt1_72 * nt1_98));
-        const int nt1_102 = ((fabs(ncse_91) >= (((real)1e-12) * fabs(nt1_7))) & (fabs(ncse_91) >= (((real)1e-12) * fabs(nt1_8))));
-        const real nt1_103 = (nt1_102 ? (((real)1.0) / ncse_91) : MC_NAN);
+        const int nt1_102 = ((fabs(ncse_90) >= (((real)1e-12) * fabs(nt1_7))) & (fabs(ncse_90) >= (((real)1e-12) * fabs(nt1_8))));
+        const real nt1_103 = (nt1_102 ? (((real)1.0) / ncse_90) : MC_NAN);
         const real nt1_104 = (nt1_16 * nt1_103);
         const real nt1_105 = (nt1_91 - (nt1_7 * nt1_104));
         const real nt1_106 = (nt1_93 - (nt1_8 * nt1_104));
         const real nt1_107 = (nt1_28 * nt1_103);
         const real nt1_108 = (nt1_99 - (nt1_7 * nt1_107));
         const real nt1_109 = (nt1_101 - (nt1_8 * nt1_107));
-        const int nt1_110 = ((fabs(ncse_91) >= (((real)1e-12) * fabs(nt1_9))) & (fabs(ncse_91) >= (((real)1e-12) * fabs(nt1_10))));
-        const real nt1_111 = (nt1_110 ? (((real)1.0) / ncse_91) : MC_NAN);
+        const int nt1_110 = ((fabs(ncse_90) >= (((real)1e-12) * fabs(nt1_9))) & (fabs(ncse_90) >= (((real)1e-12) * fabs(nt1_10))));
+        const real nt1_111 = (nt1_110 ? (((real)1.0) / ncse_90) : MC_NAN);
         const real nt1_112 = (nt1_17 * nt1_111);
         const real nt1_113 = (nt1_105 - (nt1_9 * nt1_112));
         const real nt1_114 = (nt1_106 - (nt1_10 * nt1_112));
         const real nt1_115 = (nt1_29 * nt1_111);
         const real nt1_116 = (nt1_108 - (nt1_9 * nt1_115));
         const real nt1_117 = (nt1_109 - (nt1_10 * nt1_115));
-        const int nt1_118 = ((fabs(ncse_91) >= (((real)1e-12) * fabs(nt1_11))) & (fabs(ncse_91) >= (((real)1e-12) * fabs(nt1_12))));
-        const real nt1_119 = (nt1_118 ? (((real)1.0) / ncse_91) : MC_NAN);
+        const int nt1_118 = ((fabs(ncse_90) >= (((real)1e-12) * fabs(nt1_11))) & (fabs(ncse_90) >= (((real)1e-12) * fabs(nt1_12))));
+        const real nt1_119 = (nt1_118 ? (((real)1.0) / ncse_90) : MC_NAN);
         const real nt1_120 = (nt1_18 * nt1_119);
         const real nt1_121 = (nt1_113 - (nt1_11 * nt1_120));
         const real nt1_122 = (nt1_114 - (nt1_12 * nt1_120));
@@ -3509,7 +3506,7 @@ MC_INLINE void newton_1_iterate(
         const real nt1_174 = (nt1_103 * (nt1_142 - (nt1_7 * nt1_171) - (nt1_8 * nt1_169)));
         const real nt1_175 = (nt1_89 * (nt1_153 - (nt1_70 * nt1_171) - (nt1_71 * nt1_170) - (nt1_72 * nt1_169)));
         const real nt1_176 = (nt1_67 * (nt1_148 - (nt1_38 * nt1_175) - (nt1_39 * nt1_171) - (nt1_40 * nt1_170) - (nt1_41 * nt1_169)));
-        const real nt1_177 = (nt1_35 * (nt1_139 - (ncse_79 * nt1_176) - (ncse_79 * nt1_175) - (ncse_86 * nt1_170) - (nt1_1 * nt1_171) - (nt1_2 * nt1_169)));
+        const real nt1_177 = (nt1_35 * (nt1_139 - (ncse_77 * nt1_176) - (ncse_77 * nt1_175) - (ncse_85 * nt1_170) - (nt1_1 * nt1_171) - (nt1_2 * nt1_169)));
         const real nt1_dx_0 = nt1_177;
         const real nt1_dx_1 = nt1_176;
         const real nt1_dx_2 = nt1_175;
@@ -3529,95 +3526,95 @@ MC_INLINE void newton_1_iterate(
         if (V & 2) v_state_internal_phi[l] = mc_go ? v_state_internal_phi[l] + nt1_dx_7 : v_state_internal_phi[l];
         if (V & 2) v_state_internal_gamma_rate[l] = mc_go ? v_state_internal_gamma_rate[l] + nt1_dx_8 : v_state_internal_gamma_rate[l];
         if (V & 2) v_gtn_return_map_iterations[l] = v_gtn_return_map_iterations[l] + mc_go;
-        if (V & 1) mc_A[0 * MC_W + l] = ncse_77;
-        if (V & 1) mc_A[1 * MC_W + l] = ncse_79;
-        if (V & 1) mc_A[2 * MC_W + l] = ncse_79;
+        if (V & 1) mc_A[0 * MC_W + l] = ncse_75;
+        if (V & 1) mc_A[1 * MC_W + l] = ncse_77;
+        if (V & 1) mc_A[2 * MC_W + l] = ncse_77;
         if (V & 1) mc_A[3 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[4 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[5 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[6 * MC_W + l] = (ncse_82 * ncse_83);
-        if (V & 1) mc_A[7 * MC_W + l] = ncse_86;
-        if (V & 1) mc_A[8 * MC_W + l] = (ncse_29 * ncse_75);
+        if (V & 1) mc_A[6 * MC_W + l] = (ncse_80 * ncse_81);
+        if (V & 1) mc_A[7 * MC_W + l] = ncse_85;
+        if (V & 1) mc_A[8 * MC_W + l] = (ncse_28 * ncse_73);
         if (V & 1) mc_B[0 * MC_W + l] = (-nt1_r_0);
-        if (V & 1) mc_A[9 * MC_W + l] = ncse_79;
-        if (V & 1) mc_A[10 * MC_W + l] = ncse_77;
-        if (V & 1) mc_A[11 * MC_W + l] = ncse_79;
+        if (V & 1) mc_A[9 * MC_W + l] = ncse_77;
+        if (V & 1) mc_A[10 * MC_W + l] = ncse_75;
+        if (V & 1) mc_A[11 * MC_W + l] = ncse_77;
         if (V & 1) mc_A[12 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[13 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[14 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[15 * MC_W + l] = (ncse_83 * ncse_88);
-        if (V & 1) mc_A[16 * MC_W + l] = ncse_86;
-        if (V & 1) mc_A[17 * MC_W + l] = (ncse_32 * ncse_75);
+        if (V & 1) mc_A[15 * MC_W + l] = (ncse_81 * ncse_87);
+        if (V & 1) mc_A[16 * MC_W + l] = ncse_85;
+        if (V & 1) mc_A[17 * MC_W + l] = (ncse_31 * ncse_73);
         if (V & 1) mc_B[1 * MC_W + l] = (-nt1_r_1);
-        if (V & 1) mc_A[18 * MC_W + l] = ncse_79;
-        if (V & 1) mc_A[19 * MC_W + l] = ncse_79;
-        if (V & 1) mc_A[20 * MC_W + l] = ncse_77;
+        if (V & 1) mc_A[18 * MC_W + l] = ncse_77;
+        if (V & 1) mc_A[19 * MC_W + l] = ncse_77;
+        if (V & 1) mc_A[20 * MC_W + l] = ncse_75;
         if (V & 1) mc_A[21 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[22 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[23 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[24 * MC_W + l] = (ncse_83 * ncse_90);
-        if (V & 1) mc_A[25 * MC_W + l] = ncse_86;
-        if (V & 1) mc_A[26 * MC_W + l] = (ncse_35 * ncse_75);
+        if (V & 1) mc_A[24 * MC_W + l] = (ncse_81 * ncse_89);
+        if (V & 1) mc_A[25 * MC_W + l] = ncse_85;
+        if (V & 1) mc_A[26 * MC_W + l] = (ncse_34 * ncse_73);
         if (V & 1) mc_B[2 * MC_W + l] = (-nt1_r_2);
         if (V & 1) mc_A[27 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[28 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[29 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[30 * MC_W + l] = ncse_91;
+        if (V & 1) mc_A[30 * MC_W + l] = ncse_90;
         if (V & 1) mc_A[31 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[32 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[33 * MC_W + l] = (-ncse_38 * ncse_93);
+        if (V & 1) mc_A[33 * MC_W + l] = (-ncse_37 * ncse_92);
         if (V & 1) mc_A[34 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[35 * MC_W + l] = (ncse_38 * ncse_94);
+        if (V & 1) mc_A[35 * MC_W + l] = (ncse_37 * ncse_93);
         if (V & 1) mc_B[3 * MC_W + l] = (-nt1_r_3);
         if (V & 1) mc_A[36 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[37 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[38 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[39 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[40 * MC_W + l] = ncse_91;
+        if (V & 1) mc_A[40 * MC_W + l] = ncse_90;
         if (V & 1) mc_A[41 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[42 * MC_W + l] = (-ncse_44 * ncse_93);
+        if (V & 1) mc_A[42 * MC_W + l] = (-ncse_43 * ncse_92);
         if (V & 1) mc_A[43 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[44 * MC_W + l] = (ncse_44 * ncse_94);
+        if (V & 1) mc_A[44 * MC_W + l] = (ncse_43 * ncse_93);
         if (V & 1) mc_B[4 * MC_W + l] = (-nt1_r_4);
         if (V & 1) mc_A[45 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[46 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[47 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[48 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[49 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[50 * MC_W + l] = ncse_91;
-        if (V & 1) mc_A[51 * MC_W + l] = (-ncse_46 * ncse_93);
+        if (V & 1) mc_A[50 * MC_W + l] = ncse_90;
+        if (V & 1) mc_A[51 * MC_W + l] = (-ncse_45 * ncse_92);
         if (V & 1) mc_A[52 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[53 * MC_W + l] = (ncse_46 * ncse_94);
+        if (V & 1) mc_A[53 * MC_W + l] = (ncse_45 * ncse_93);
         if (V & 1) mc_B[5 * MC_W + l] = (-nt1_r_5);
-        if (V & 1) mc_A[54 * MC_W + l] = (ncse_76 * (-ncse_95 - ncse_96 + (ncse_72 * ncse_81)));
-        if (V & 1) mc_A[55 * MC_W + l] = (ncse_76 * (-ncse_95 - ncse_97 + (ncse_72 * ncse_87)));
-        if (V & 1) mc_A[56 * MC_W + l] = (ncse_76 * (-ncse_96 - ncse_97 + (ncse_72 * ncse_89)));
-        if (V & 1) mc_A[57 * MC_W + l] = (-ncse_98 * ncse_99);
-        if (V & 1) mc_A[58 * MC_W + l] = (-ncse_100 * ncse_44);
-        if (V & 1) mc_A[59 * MC_W + l] = (-ncse_100 * ncse_46);
-        if (V & 1) mc_A[60 * MC_W + l] = (((real)1.0) + (ncse_83 * (-(((real)6.0) * ncse_101 * ncse_54) - (ncse_101 * ncse_69 * (ncse_22 * ncse_22)) - (ncse_22 * ncse_47 * ncse_56))));
-        if (V & 1) mc_A[61 * MC_W + l] = (p_q2 * ncse_22 * ncse_5 * ncse_85);
-        if (V & 1) mc_A[62 * MC_W + l] = (ncse_57 * ncse_75);
+        if (V & 1) mc_A[54 * MC_W + l] = (ncse_74 * (-ncse_94 - ncse_95 + (ncse_70 * ncse_79)));
+        if (V & 1) mc_A[55 * MC_W + l] = (ncse_74 * (-ncse_94 - ncse_96 + (ncse_70 * ncse_86)));
+        if (V & 1) mc_A[56 * MC_W + l] = (ncse_74 * (-ncse_95 - ncse_96 + (ncse_70 * ncse_88)));
+        if (V & 1) mc_A[57 * MC_W + l] = (-ncse_97 * ncse_98);
+        if (V & 1) mc_A[58 * MC_W + l] = (-ncse_43 * ncse_99);
+        if (V & 1) mc_A[59 * MC_W + l] = (-ncse_45 * ncse_99);
+        if (V & 1) mc_A[60 * MC_W + l] = (((real)1.0) + (ncse_81 * (-(((real)6.0) * ncse_100 * ncse_53) - (ncse_100 * ncse_67 * (ncse_21 * ncse_21)) - (ncse_21 * ncse_46 * ncse_55))));
+        if (V & 1) mc_A[61 * MC_W + l] = (p_q2 * ncse_21 * ncse_5 * ncse_84);
+        if (V & 1) mc_A[62 * MC_W + l] = (ncse_56 * ncse_73);
         if (V & 1) mc_B[6 * MC_W + l] = (-nt1_r_6);
-        if (V & 1) mc_A[63 * MC_W + l] = ncse_103;
-        if (V & 1) mc_A[64 * MC_W + l] = ncse_103;
-        if (V & 1) mc_A[65 * MC_W + l] = ncse_103;
+        if (V & 1) mc_A[63 * MC_W + l] = ncse_102;
+        if (V & 1) mc_A[64 * MC_W + l] = ncse_102;
+        if (V & 1) mc_A[65 * MC_W + l] = ncse_102;
         if (V & 1) mc_A[66 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[67 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[68 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[69 * MC_W + l] = (ncse_75 * ((ncse_104 * ncse_82) + (ncse_104 * ncse_88) + (ncse_104 * ncse_90)));
-        if (V & 1) mc_A[70 * MC_W + l] = (((real)1.0) + (ncse_75 * (-ncse_59 + (((real)3.0) * p_q1 * p_q2 * ncse_13 * ncse_25 * ncse_58 * ncse_84 * state_internal_gamma_rate))));
-        if (V & 1) mc_A[71 * MC_W + l] = (ncse_75 * ((ncse_29 * ncse_58) + (ncse_32 * ncse_58) + (ncse_35 * ncse_58)));
+        if (V & 1) mc_A[69 * MC_W + l] = (ncse_73 * ((ncse_103 * ncse_80) + (ncse_103 * ncse_87) + (ncse_103 * ncse_89)));
+        if (V & 1) mc_A[70 * MC_W + l] = (((real)1.0) + (ncse_73 * (-ncse_58 + (((real)3.0) * p_q1 * p_q2 * ncse_13 * ncse_24 * ncse_57 * ncse_82 * state_internal_gamma_rate))));
+        if (V & 1) mc_A[71 * MC_W + l] = (ncse_73 * ((ncse_28 * ncse_57) + (ncse_31 * ncse_57) + (ncse_34 * ncse_57)));
         if (V & 1) mc_B[7 * MC_W + l] = (-nt1_r_7);
-        if (V & 1) mc_A[72 * MC_W + l] = (ncse_106 * (-ncse_107 - ncse_108 + (ncse_29 * ncse_72)));
-        if (V & 1) mc_A[73 * MC_W + l] = (ncse_106 * (-ncse_107 - ncse_109 + (ncse_32 * ncse_72)));
-        if (V & 1) mc_A[74 * MC_W + l] = (ncse_106 * (-ncse_108 - ncse_109 + (ncse_35 * ncse_72)));
-        if (V & 1) mc_A[75 * MC_W + l] = (-ncse_110 * ncse_98);
-        if (V & 1) mc_A[76 * MC_W + l] = (-ncse_111 * ncse_44);
-        if (V & 1) mc_A[77 * MC_W + l] = (-ncse_111 * ncse_46);
-        if (V & 1) mc_A[78 * MC_W + l] = (-p_K * ncse_106 * ncse_57);
-        if (V & 1) mc_A[79 * MC_W + l] = (ncse_106 * ((((real)2.0) * ncse_62 * ncse_84) - (p_q3 * ncse_60 * ncse_84)));
-        if (V & 1) mc_A[80 * MC_W + l] = (ncse_105 * ncse_3 * ncse_65);
+        if (V & 1) mc_A[72 * MC_W + l] = (ncse_105 * (-ncse_106 - ncse_107 + (ncse_28 * ncse_70)));
+        if (V & 1) mc_A[73 * MC_W + l] = (ncse_105 * (-ncse_106 - ncse_108 + (ncse_31 * ncse_70)));
+        if (V & 1) mc_A[74 * MC_W + l] = (ncse_105 * (-ncse_107 - ncse_108 + (ncse_34 * ncse_70)));
+        if (V & 1) mc_A[75 * MC_W + l] = (-ncse_109 * ncse_97);
+        if (V & 1) mc_A[76 * MC_W + l] = (-ncse_110 * ncse_43);
+        if (V & 1) mc_A[77 * MC_W + l] = (-ncse_110 * ncse_45);
+        if (V & 1) mc_A[78 * MC_W + l] = (-p_K * ncse_105 * ncse_56);
+        if (V & 1) mc_A[79 * MC_W + l] = (ncse_105 * ((ncse_60 * ncse_83) - (((real)2.0) * p_q3 * state_internal_phi)));
+        if (V & 1) mc_A[80 * MC_W + l] = (ncse_104 * ncse_3 * ncse_63);
         if (V & 1) mc_B[8 * MC_W + l] = (-nt1_r_8);
     }
     int mc_any = 0;  /* (an omp simd reduction would keep the loop above scalar) */
@@ -3776,11 +3773,11 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real v_cse_26[MC_W];
     real v_cse_43[MC_W];
     real v_cse_86[MC_W];
-    real v_cse_120[MC_W];
-    real v_cse_118[MC_W];
     real v_cse_119[MC_W];
+    real v_cse_118[MC_W];
+    real v_cse_122[MC_W];
     real v_cse_123[MC_W];
-    real v_cse_124[MC_W];
+    real v_cse_125[MC_W];
     real v_cse_126[MC_W];
     real v_cse_127[MC_W];
     real v_cse_131[MC_W];
@@ -3791,10 +3788,9 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real v_cse_143[MC_W];
     real v_cse_146[MC_W];
     real v_cse_147[MC_W];
-    real v_cse_148[MC_W];
-    real v_cse_151[MC_W];
-    real v_cse_153[MC_W];
-    real v_cse_154[MC_W];
+    real v_cse_150[MC_W];
+    real v_cse_152[MC_W];
+    real v_cse_156[MC_W];
     real v_cse_159[MC_W];
     real v_cse_161[MC_W];
     real v_cse_163[MC_W];
@@ -3889,8 +3885,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real p_K = MC_P(3, (v_p + 3 * MC_W)[l]);
         const real p_sigma_y = MC_P(4, (v_p + 4 * MC_W)[l]);
         const real state_internal_ep = v_state_internal_ep[l];
-        const real state_internal_phi = v_state_internal_phi[l];
         const real p_q2 = MC_P(6, (v_p + 6 * MC_W)[l]);
+        const real state_internal_phi = v_state_internal_phi[l];
         const real p_q1 = MC_P(5, (v_p + 5 * MC_W)[l]);
         const real forces_t = (v_x1 + 0 * MC_W)[l];
         const real old_forces_t = (v_x2 + 0 * MC_W)[l];
@@ -3933,17 +3929,17 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_43 = (-cse_5);
         const real cse_86 = (cse_4 * cse_4);
         const real cse_117 = (p_sigma_y + (p_K * state_internal_ep));
-        const real cse_120 = (((real)1.0) / cse_117);
-        const real cse_118 = (cse_120 * cse_120);
-        const real cse_119 = mc_pos(state_internal_phi);
-        const real cse_121 = (p_q2 * cse_120);
-        const real cse_122 = (cse_14 + cse_15);
-        const real cse_123 = (cse_122 + cse_6 + (((real)3.0) * cse_13));
-        const real cse_124 = (((real)0.5) * cse_123);
-        const real cse_125 = (cse_121 * cse_124);
-        const real cse_126 = mc_cosh(cse_125);
+        const real cse_119 = (((real)1.0) / cse_117);
+        const real cse_118 = (cse_119 * cse_119);
+        const real cse_120 = (p_q2 * cse_119);
+        const real cse_121 = (cse_14 + cse_15);
+        const real cse_122 = (cse_121 + cse_6 + (((real)3.0) * cse_13));
+        const real cse_123 = (((real)0.5) * cse_122);
+        const real cse_124 = (cse_120 * cse_123);
+        const real cse_125 = mc_cosh(cse_124);
+        const real cse_126 = mc_pos(state_internal_phi);
         const real cse_127 = (p_q1 * cse_126);
-        const real cse_128 = (cse_119 * cse_127 * (p_q2 * p_q2));
+        const real cse_128 = (cse_125 * cse_127 * (p_q2 * p_q2));
         const real cse_129 = (((real)0.5) * cse_128);
         const real cse_130 = (cse_118 * cse_129);
         const real cse_131 = (cse_130 - cse_118);
@@ -3957,31 +3953,31 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_139 = ((cse_12 * cse_131) + (cse_12 * cse_133));
         const real cse_140 = (-cse_139 + (cse_131 * cse_26));
         const real cse_141 = (cse_137 * cse_140);
-        const real cse_142 = (-cse_122 + (((real)2.0) * p_E * cse_0 * cse_4));
-        const real cse_143 = (cse_120 * cse_120 * cse_120);
+        const real cse_142 = (-cse_121 + (((real)2.0) * p_E * cse_0 * cse_4));
+        const real cse_143 = (cse_119 * cse_119 * cse_119);
         const real cse_144 = (((real)2.0) * cse_143);
-        const real cse_145 = mc_sinh(cse_125);
-        const real cse_146 = (cse_119 * cse_145);
-        const real cse_147 = (p_q1 * cse_146);
-        const real cse_148 = (cse_118 * cse_147);
-        const real cse_149 = (p_q2 * cse_148);
-        const real cse_150 = (cse_149 + (cse_124 * cse_128 * cse_143));
-        const real cse_151 = (cse_150 + (cse_142 * cse_144));
-        const real cse_152 = (-cse_151);
-        const real cse_153 = (cse_137 * cse_152);
-        const real cse_154 = (cse_121 * cse_137);
-        const real cse_155 = (state_internal_phi > 0 ? 1 : 0);
-        const real cse_156 = (p_q1 * cse_145 * cse_155);
+        const real cse_145 = mc_sinh(cse_124);
+        const real cse_146 = (cse_127 * cse_145);
+        const real cse_147 = (cse_118 * cse_146);
+        const real cse_148 = (p_q2 * cse_147);
+        const real cse_149 = (cse_148 + (cse_123 * cse_128 * cse_143));
+        const real cse_150 = (cse_149 + (cse_142 * cse_144));
+        const real cse_151 = (-cse_150);
+        const real cse_152 = (cse_137 * cse_151);
+        const real cse_153 = (state_internal_phi > 0 ? 1 : 0);
+        const real cse_154 = (p_q1 * cse_153);
+        const real cse_155 = (cse_137 * cse_145);
+        const real cse_156 = (cse_120 * cse_155);
         const real cse_157 = (cse_154 * cse_156);
-        const real cse_158 = (cse_121 * cse_147);
+        const real cse_158 = (cse_120 * cse_146);
         const real cse_159 = (cse_158 + (cse_118 * cse_142));
         const real cse_160 = (-cse_15 - cse_6 + (((real)2.0) * p_E * cse_1 * cse_4));
-        const real cse_161 = (cse_150 + (cse_144 * cse_160));
+        const real cse_161 = (cse_149 + (cse_144 * cse_160));
         const real cse_162 = (-cse_161);
         const real cse_163 = (cse_137 * cse_162);
         const real cse_164 = (cse_158 + (cse_118 * cse_160));
         const real cse_165 = (-cse_14 - cse_6 + (((real)2.0) * p_E * cse_2 * cse_4));
-        const real cse_166 = (cse_150 + (cse_144 * cse_165));
+        const real cse_166 = (cse_149 + (cse_144 * cse_165));
         const real cse_167 = (-cse_166);
         const real cse_168 = (cse_137 * cse_167);
         const real cse_169 = (cse_158 + (cse_118 * cse_165));
@@ -3998,7 +3994,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_180 = (cse_12 * cse_166);
         const real cse_181 = (cse_12 * cse_161);
         const real cse_182 = (cse_180 + cse_181);
-        const real cse_183 = (cse_12 * cse_151);
+        const real cse_183 = (cse_12 * cse_150);
         const real cse_184 = (cse_180 + cse_183);
         const real cse_185 = (cse_181 + cse_183);
         const real cse_186 = (p_E * p_E);
@@ -4008,9 +4004,9 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_190 = (cse_175 * cse_187);
         const real cse_191 = (-cse_18 * cse_190);
         const real cse_192 = (-cse_190 * cse_20);
-        const real cse_193 = (p_q2 * cse_123);
-        const real cse_194 = (cse_120 * cse_120 * cse_120 * cse_120);
-        const real cse_195 = (cse_123 * cse_123);
+        const real cse_193 = (p_q2 * cse_122);
+        const real cse_194 = (cse_119 * cse_119 * cse_119 * cse_119);
+        const real cse_195 = (cse_122 * cse_122);
         const real cse_196 = (cse_16 * cse_16);
         const real cse_197 = (cse_186 * cse_196);
         const real cse_198 = (((real)1.5) * cse_86);
@@ -4024,24 +4020,24 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_284 = (-cse_202 - cse_204 + (((real)0.6666666666666666) * p_E * cse_1 * cse_4));
         const real cse_285 = (-cse_203 - cse_204 + (((real)0.6666666666666666) * p_E * cse_0 * cse_4));
         const real cse_205 = ((((real)1.5) * (cse_283 * cse_283)) + (((real)1.5) * (cse_284 * cse_284)) + (((real)1.5) * (cse_285 * cse_285)) + (cse_197 * cse_198) + (cse_199 * cse_200) + (cse_200 * cse_201));
-        const real cse_206 = (cse_137 * (-(((real)6.0) * cse_194 * cse_205) - (cse_129 * cse_194 * cse_195) - (cse_144 * cse_147 * cse_193)));
-        const real cse_207 = (cse_118 * cse_137 * cse_193);
-        const real cse_208 = ((cse_123 * cse_149) + (cse_144 * cse_205));
+        const real cse_206 = (cse_137 * (-(((real)6.0) * cse_194 * cse_205) - (cse_129 * cse_194 * cse_195) - (cse_144 * cse_146 * cse_193)));
+        const real cse_207 = (cse_118 * cse_155 * cse_193);
+        const real cse_208 = ((cse_122 * cse_148) + (cse_144 * cse_205));
         const real cse_209 = (((real)1.0) - state_internal_phi);
         const real cse_210 = (cse_209 * state_internal_gamma_rate);
         const real cse_211 = (((real)2.0) * cse_210);
         const real cse_212 = (cse_136 * ((cse_134 * cse_210) + (cse_140 * cse_211)));
         const real cse_213 = (cse_167 * cse_210);
         const real cse_214 = (cse_162 * cse_210);
-        const real cse_215 = (cse_152 * cse_210);
+        const real cse_215 = (cse_151 * cse_210);
         const real cse_216 = (cse_169 * state_internal_gamma_rate);
         const real cse_217 = (cse_164 * state_internal_gamma_rate);
         const real cse_218 = (cse_159 * state_internal_gamma_rate);
         const real cse_219 = (cse_216 + cse_217 + cse_218);
-        const real cse_220 = (cse_119 * cse_119);
+        const real cse_220 = (state_internal_phi * state_internal_phi);
         const real cse_221 = (((real)1.0) / (p_sigma_y * p_sigma_y));
         const real cse_222 = (p_E * cse_135 * cse_221);
-        const real cse_223 = (((real)2.0) * cse_119);
+        const real cse_223 = (((real)2.0) * cse_125);
         const real cse_224 = ((((real)1.0) + (p_q3 * cse_220) - (cse_118 * cse_205) - (cse_127 * cse_223) - (cse_222 * state_internal_gamma_rate)) > 0 ? 1 : 0);
         const real cse_225 = (-((real)1.0) + cse_224);
         const real cse_226 = (cse_12 * cse_169);
@@ -4068,7 +4064,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) mc_ls1_A[3 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[4 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[5 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[6 * MC_W + l] = (p_K * cse_153);
+        if (V & 14) mc_ls1_A[6 * MC_W + l] = (p_K * cse_152);
         if (V & 14) mc_ls1_A[7 * MC_W + l] = cse_157;
         if (V & 14) mc_ls1_A[8 * MC_W + l] = (cse_136 * cse_159);
         if (V & 14) mc_ls1_A[9 * MC_W + l] = cse_141;
@@ -4116,14 +4112,14 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) mc_ls1_A[51 * MC_W + l] = (-p_K * cse_179);
         if (V & 14) mc_ls1_A[52 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[53 * MC_W + l] = (cse_177 * state_S_5);
-        if (V & 14) mc_ls1_A[54 * MC_W + l] = (cse_137 * (-cse_182 + (cse_151 * cse_26)));
+        if (V & 14) mc_ls1_A[54 * MC_W + l] = (cse_137 * (-cse_182 + (cse_150 * cse_26)));
         if (V & 14) mc_ls1_A[55 * MC_W + l] = (cse_137 * (-cse_184 + (cse_161 * cse_26)));
         if (V & 14) mc_ls1_A[56 * MC_W + l] = (cse_137 * (-cse_185 + (cse_166 * cse_26)));
         if (V & 14) mc_ls1_A[57 * MC_W + l] = cse_189;
         if (V & 14) mc_ls1_A[58 * MC_W + l] = cse_191;
         if (V & 14) mc_ls1_A[59 * MC_W + l] = cse_192;
         if (V & 14) mc_ls1_A[60 * MC_W + l] = (((real)1.0) + (p_K * cse_206));
-        if (V & 14) mc_ls1_A[61 * MC_W + l] = (cse_156 * cse_207);
+        if (V & 14) mc_ls1_A[61 * MC_W + l] = (cse_154 * cse_207);
         if (V & 14) mc_ls1_A[62 * MC_W + l] = (cse_136 * cse_208);
         if (V & 14) mc_ls1_A[63 * MC_W + l] = cse_212;
         if (V & 14) mc_ls1_A[64 * MC_W + l] = cse_212;
@@ -4132,7 +4128,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) mc_ls1_A[67 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[68 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[69 * MC_W + l] = (cse_136 * ((p_K * cse_213) + (p_K * cse_214) + (p_K * cse_215)));
-        if (V & 14) mc_ls1_A[70 * MC_W + l] = (((real)1.0) + (cse_136 * (-cse_219 + (((real)3.0) * p_q1 * p_q2 * cse_120 * cse_145 * cse_155 * cse_209 * state_internal_gamma_rate))));
+        if (V & 14) mc_ls1_A[70 * MC_W + l] = (((real)1.0) + (cse_136 * (-cse_219 + (((real)3.0) * p_q1 * p_q2 * cse_119 * cse_145 * cse_153 * cse_209 * state_internal_gamma_rate))));
         if (V & 14) mc_ls1_A[71 * MC_W + l] = (cse_136 * ((cse_159 * cse_209) + (cse_164 * cse_209) + (cse_169 * cse_209)));
         if (V & 14) mc_ls1_A[72 * MC_W + l] = (cse_225 * (-cse_228 + (cse_159 * cse_26)));
         if (V & 14) mc_ls1_A[73 * MC_W + l] = (cse_225 * (-cse_230 + (cse_164 * cse_26)));
@@ -4141,7 +4137,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) mc_ls1_A[76 * MC_W + l] = cse_235;
         if (V & 14) mc_ls1_A[77 * MC_W + l] = cse_236;
         if (V & 14) mc_ls1_A[78 * MC_W + l] = (p_K * cse_237);
-        if (V & 14) mc_ls1_A[79 * MC_W + l] = (cse_225 * ((((real)2.0) * cse_127 * cse_155) - (p_q3 * cse_155 * cse_223)));
+        if (V & 14) mc_ls1_A[79 * MC_W + l] = (cse_225 * ((cse_154 * cse_223) - (((real)2.0) * p_q3 * state_internal_phi)));
         if (V & 14) mc_ls1_A[80 * MC_W + l] = (cse_222 * cse_224);
         if (V & 14) mc_ls1_B[0 * MC_W + l] = cse_239;
         if (V & 14) mc_ls1_B[1 * MC_W + l] = cse_241;
@@ -4179,7 +4175,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) mc_ls1_B[33 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[34 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[35 * MC_W + l] = cse_264;
-        if (V & 14) mc_ls1_B[36 * MC_W + l] = (-cse_137 * (cse_182 + (cse_151 * cse_25)));
+        if (V & 14) mc_ls1_B[36 * MC_W + l] = (-cse_137 * (cse_182 + (cse_150 * cse_25)));
         if (V & 14) mc_ls1_B[37 * MC_W + l] = (-cse_137 * (cse_184 + (cse_161 * cse_25)));
         if (V & 14) mc_ls1_B[38 * MC_W + l] = (-cse_137 * (cse_185 + (cse_166 * cse_25)));
         if (V & 14) mc_ls1_B[39 * MC_W + l] = cse_189;
@@ -4218,11 +4214,11 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) v_cse_26[l] = cse_26;
         if (V & 14) v_cse_43[l] = cse_43;
         if (V & 14) v_cse_86[l] = cse_86;
-        if (V & 14) v_cse_120[l] = cse_120;
-        if (V & 14) v_cse_118[l] = cse_118;
         if (V & 14) v_cse_119[l] = cse_119;
+        if (V & 14) v_cse_118[l] = cse_118;
+        if (V & 14) v_cse_122[l] = cse_122;
         if (V & 14) v_cse_123[l] = cse_123;
-        if (V & 14) v_cse_124[l] = cse_124;
+        if (V & 14) v_cse_125[l] = cse_125;
         if (V & 14) v_cse_126[l] = cse_126;
         if (V & 14) v_cse_127[l] = cse_127;
         if (V & 14) v_cse_131[l] = cse_131;
@@ -4233,10 +4229,9 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) v_cse_143[l] = cse_143;
         if (V & 14) v_cse_146[l] = cse_146;
         if (V & 14) v_cse_147[l] = cse_147;
-        if (V & 14) v_cse_148[l] = cse_148;
-        if (V & 14) v_cse_151[l] = cse_151;
-        if (V & 14) v_cse_153[l] = cse_153;
-        if (V & 14) v_cse_154[l] = cse_154;
+        if (V & 14) v_cse_150[l] = cse_150;
+        if (V & 14) v_cse_152[l] = cse_152;
+        if (V & 14) v_cse_156[l] = cse_156;
         if (V & 14) v_cse_159[l] = cse_159;
         if (V & 14) v_cse_161[l] = cse_161;
         if (V & 14) v_cse_163[l] = cse_163;
@@ -4574,22 +4569,22 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_131 = v_cse_131[l];
             const real cse_133 = v_cse_133[l];
             const real p_nu = MC_P(2, (v_p + 2 * MC_W)[l]);
-            const real cse_146 = v_cse_146[l];
-            const real cse_154 = v_cse_154[l];
-            const real cse_120 = v_cse_120[l];
-            const real cse_147 = v_cse_147[l];
-            const real p_q2 = MC_P(6, (v_p + 6 * MC_W)[l]);
+            const real cse_126 = v_cse_126[l];
+            const real cse_156 = v_cse_156[l];
             const real cse_119 = v_cse_119[l];
+            const real cse_146 = v_cse_146[l];
+            const real p_q2 = MC_P(6, (v_p + 6 * MC_W)[l]);
+            const real cse_125 = v_cse_125[l];
             const real cse_127 = v_cse_127[l];
             const real cse_118 = v_cse_118[l];
-            const real cse_124 = v_cse_124[l];
+            const real cse_123 = v_cse_123[l];
             const real cse_137 = v_cse_137[l];
             const real cse_196 = v_cse_196[l];
             const real cse_174 = v_cse_174[l];
             const real cse_186 = v_cse_186[l];
             const real cse_209 = v_cse_209[l];
             const real cse_170 = v_cse_170[l];
-            const real cse_153 = v_cse_153[l];
+            const real cse_152 = v_cse_152[l];
             const real state_internal_ep = v_state_internal_ep[l];
             const real cse_163 = v_cse_163[l];
             const real cse_168 = v_cse_168[l];
@@ -4597,7 +4592,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_176 = v_cse_176[l];
             const real cse_178 = v_cse_178[l];
             const real cse_179 = v_cse_179[l];
-            const real cse_151 = v_cse_151[l];
+            const real cse_150 = v_cse_150[l];
             const real cse_161 = v_cse_161[l];
             const real cse_166 = v_cse_166[l];
             const real cse_199 = v_cse_199[l];
@@ -4605,9 +4600,9 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_197 = v_cse_197[l];
             const real cse_206 = v_cse_206[l];
             const real cse_207 = v_cse_207[l];
-            const real cse_123 = v_cse_123[l];
+            const real cse_122 = v_cse_122[l];
             const real cse_143 = v_cse_143[l];
-            const real cse_148 = v_cse_148[l];
+            const real cse_147 = v_cse_147[l];
             const real cse_195 = v_cse_195[l];
             const real cse_136 = v_cse_136[l];
             const real cse_210 = v_cse_210[l];
@@ -4624,7 +4619,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real p_sigma_y = MC_P(4, (v_p + 4 * MC_W)[l]);
             const real cse_224 = v_cse_224[l];
             const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
-            const real cse_126 = v_cse_126[l];
             const real cse_223 = v_cse_223[l];
             const real cse_220 = v_cse_220[l];
             const real cse_44 = (cse_22 * d37);
@@ -4748,11 +4742,11 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_249 = (cse_131 * cse_248);
             const real cse_250 = (-cse_245 - cse_88);
             const real cse_251 = (cse_247 + cse_249 + (cse_133 * cse_250));
-            const real cse_252 = (cse_146 * cse_154);
+            const real cse_252 = (cse_126 * cse_156);
             const real cse_253 = (-cse_252);
-            const real cse_254 = (cse_120 * cse_147);
-            const real cse_255 = (p_q2 * cse_119 * cse_127);
-            const real cse_256 = (cse_137 * (cse_254 + (cse_118 * cse_124 * cse_255)));
+            const real cse_254 = (cse_119 * cse_146);
+            const real cse_255 = (p_q2 * cse_125 * cse_127);
+            const real cse_256 = (cse_137 * (cse_254 + (cse_118 * cse_123 * cse_255)));
             const real cse_257 = (-cse_256);
             const real cse_258 = (cse_131 * cse_78);
             const real cse_259 = (cse_243 + cse_258 + (cse_133 * cse_80));
@@ -4771,8 +4765,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_282 = (cse_186 * cse_281);
             if (V & 8) mc_ls3_B[0 * MC_W + l] = (-cse_137 * cse_244);
             if (V & 8) mc_ls3_B[1 * MC_W + l] = (-cse_137 * cse_251);
-            if (V & 8) mc_ls3_B[2 * MC_W + l] = (-cse_153 * state_internal_ep);
-            if (V & 8) mc_ls3_B[3 * MC_W + l] = (-cse_153);
+            if (V & 8) mc_ls3_B[2 * MC_W + l] = (-cse_152 * state_internal_ep);
+            if (V & 8) mc_ls3_B[3 * MC_W + l] = (-cse_152);
             if (V & 8) mc_ls3_B[4 * MC_W + l] = cse_253;
             if (V & 8) mc_ls3_B[5 * MC_W + l] = cse_257;
             if (V & 8) mc_ls3_B[6 * MC_W + l] = ((real)0.0);
@@ -4811,12 +4805,12 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 8) mc_ls3_B[39 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[40 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[41 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[42 * MC_W + l] = (-cse_137 * ((cse_151 * cse_78) + (cse_161 * cse_80) + (cse_166 * cse_81) + (cse_174 * cse_270) + (cse_199 * cse_271) + (cse_201 * cse_271)));
-            if (V & 8) mc_ls3_B[43 * MC_W + l] = (-cse_137 * ((cse_151 * cse_250) + (cse_161 * cse_246) + (cse_166 * cse_248) - (cse_197 * cse_273) - (cse_199 * cse_274) - (cse_201 * cse_274)));
+            if (V & 8) mc_ls3_B[42 * MC_W + l] = (-cse_137 * ((cse_150 * cse_78) + (cse_161 * cse_80) + (cse_166 * cse_81) + (cse_174 * cse_270) + (cse_199 * cse_271) + (cse_201 * cse_271)));
+            if (V & 8) mc_ls3_B[43 * MC_W + l] = (-cse_137 * ((cse_150 * cse_250) + (cse_161 * cse_246) + (cse_166 * cse_248) - (cse_197 * cse_273) - (cse_199 * cse_274) - (cse_201 * cse_274)));
             if (V & 8) mc_ls3_B[44 * MC_W + l] = (-cse_206 * state_internal_ep);
             if (V & 8) mc_ls3_B[45 * MC_W + l] = (-cse_206);
-            if (V & 8) mc_ls3_B[46 * MC_W + l] = (-cse_146 * cse_207);
-            if (V & 8) mc_ls3_B[47 * MC_W + l] = (-cse_137 * ((cse_123 * cse_148) + (((real)0.5) * cse_143 * cse_195 * cse_255)));
+            if (V & 8) mc_ls3_B[46 * MC_W + l] = (-cse_126 * cse_207);
+            if (V & 8) mc_ls3_B[47 * MC_W + l] = (-cse_137 * ((cse_122 * cse_147) + (((real)0.5) * cse_143 * cse_195 * cse_255)));
             if (V & 8) mc_ls3_B[48 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[49 * MC_W + l] = (-cse_136 * ((cse_210 * cse_244) + (cse_210 * cse_259) + (cse_210 * cse_262)));
             if (V & 8) mc_ls3_B[50 * MC_W + l] = (-cse_136 * ((cse_210 * cse_251) + (cse_210 * cse_261) + (cse_210 * cse_263)));
@@ -4830,7 +4824,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 8) mc_ls3_B[58 * MC_W + l] = (-cse_237 * state_internal_ep);
             if (V & 8) mc_ls3_B[59 * MC_W + l] = (-cse_237 + (((real)2.0) * p_E * cse_135 * cse_224 * state_internal_gamma_rate / (p_sigma_y * p_sigma_y * p_sigma_y)));
             if (V & 8) mc_ls3_B[60 * MC_W + l] = (-cse_126 * cse_223 * cse_225);
-            if (V & 8) mc_ls3_B[61 * MC_W + l] = (-cse_123 * cse_225 * cse_254);
+            if (V & 8) mc_ls3_B[61 * MC_W + l] = (-cse_122 * cse_225 * cse_254);
             if (V & 8) mc_ls3_B[62 * MC_W + l] = (cse_220 * cse_225);
             if (V & 8) v_cse_78[l] = cse_78;
             if (V & 8) v_cse_80[l] = cse_80;
@@ -5552,7 +5546,7 @@ class Model(CompiledModel):
 
     NAME = 'gtn'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = 'b65d2da76f9bc59064f2dc52009cd960c35d87c9d670e0409f61fd57336132c3'
+    SPEC_HASH = '9a5c49140df34b34b639f00035b69d3be611e11e87bf52218ab221cbdb12cc7a'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
         VariableInfo('forces/t', 'Scalar', 'time'),

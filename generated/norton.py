@@ -5,7 +5,7 @@
 # model:       norton, declared at spec/library.yaml:315
 # doc:
 #   Norton power-law creep, J2 (E, nu, A, n), radial return
-# spec hash:   b65d2da76f9bc59064f2dc52009cd960c35d87c9d670e0409f61fd57336132c3
+# spec hash:   9a5c49140df34b34b639f00035b69d3be611e11e87bf52218ab221cbdb12cc7a
 # layout:      X (B, 15) inputs, P (B or 1, 4) parameters, Y (B, 14) outputs,
 #              J (B, 14, 15) d outputs / d inputs, status (B,) x 3; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -2648,7 +2648,7 @@ class Model(CompiledModel):
 
     NAME = 'norton'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = 'b65d2da76f9bc59064f2dc52009cd960c35d87c9d670e0409f61fd57336132c3'
+    SPEC_HASH = '9a5c49140df34b34b639f00035b69d3be611e11e87bf52218ab221cbdb12cc7a'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
         VariableInfo('forces/t', 'Scalar', 'time'),
