@@ -99,6 +99,41 @@ def test_compiled_radial_return_matches_coupled(model: str, dtype, tol) -> None:
         assert_tangent_within(ta, tb, bound, f"{model} (float32) vs the coupled form")
 
 
+
+@pytest.mark.parametrize("model", RADIAL)
+def test_the_two_forms_agree_at_random_points_and_parameters(model: str) -> None:
+    """Fresh random strain steps (10^U(-4, -1.5), random directions) from rest, random step lengths
+    (10^U(-3, 1) s) and each parameter at its default times 10^U(-0.7, 0.7) per point (Poisson's ratio
+    fixed; test_library_tangent._random_parameters): the compiled radial return and coupled twin (C,
+    float64; the coupled Perzyna at atol 1e-15, as above) give the same stress and tangent to TOL
+    relative, at every point both converge. At such parameters the coupled Perzyna system fails to
+    converge at a few percent of the points (flagged, outputs NaN; n up to 25), the radial return at
+    none; at least 90% are compared."""
+    from test_library_tangent import _random_parameters
+
+    seed = int(np.random.SeedSequence().entropy % 2**63)
+    rng = np.random.default_rng(seed)
+    B = 256
+    radial, coupled = compiled(model, "c", torch.float64), compiled(model + "_coupled", "c", torch.float64)
+    ins = {v.name: np.zeros((B, 6) if v.type == "SR2" else (B,)) for v in coupled.INPUTS}
+    d = rng.normal(size=(B, 6))
+    ins["forces/E"] = d / np.linalg.norm(d, axis=1, keepdims=True) * 10 ** rng.uniform(-4, -1.5, (B, 1))
+    ins["forces/t"] = 10 ** rng.uniform(-3, 1, B)
+    params = {k: torch.as_tensor(v) for k, v in _random_parameters(radial, rng, B).items()}
+    results = []
+    for m, solver in ((radial, None), (coupled, {"atol": 1e-15} if model in ("perzyna_iso",) else None)):
+        x = {v.name: torch.as_tensor(ins[v.name]) for v in m.INPUTS}
+        results.append(m(x, derivatives="tangent", solver=solver, **params))
+    a, b = results
+    ok = b.status.converged & (a.status.converged if a.status is not None else True)
+    assert ok.sum() >= 0.9 * B, f"{model}: {b.status.summary()} (seed {seed})"
+    S, S2 = a["state/S"][ok], b["state/S"][ok]
+    err = ((S - S2).abs().amax(1) / S.abs().amax(1)).max().item()
+    assert err <= TOL, f"{model}: stress of the two forms differs by {err:.2e} (seed {seed})"
+    T, T2 = a.jacobian.tensor[ok], b.jacobian.tensor[ok]
+    err = ((T - T2).abs().flatten(1).amax(1) / T.abs().flatten(1).amax(1)).max().item()
+    assert err <= TOL, f"{model}: tangent of the two forms differs by {err:.2e} (seed {seed})"
+
 def test_radial_returns_have_at_most_one_scalar_unknown() -> None:
     from modelc import ir
 
