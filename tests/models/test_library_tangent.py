@@ -109,17 +109,19 @@ def _random_parameters(m, rng, batch: int) -> dict[str, np.ndarray]:
     return params
 
 
+@pytest.mark.parametrize("backend", ["c", "torch", "triton"])
 @pytest.mark.parametrize("model", FUZZ_MODELS)
-def test_float32_tangents_at_random_points_stay_within_the_conditioning_bound(model: str) -> None:
+def test_float32_tangents_at_random_points_stay_within_the_conditioning_bound(model: str, backend: str) -> None:
     """Random strains (10^U(-4, -1.5), random direction) from the virgin state, random step lengths
-    (10^U(-3, 1) s) and random per-point parameters: the C float32 tangent of every point that converged
-    in both precisions lies within library_helpers.conditioning_bound of the float64 interpreter's.
+    (10^U(-3, 1) s) and random per-point parameters: the float32 tangent of every point that converged
+    in both precisions lies within library_helpers.conditioning_bound of the float64 interpreter's,
+    on every backend (Triton under the interpreter on a CPU).
     Where the coupled formulations' dR/du is ill-conditioned (Skeel condition 1e6 at some random
     parameters) float32 tangents legitimately differ by several percent (docs/backends.md); the bound
     says by how much, and nothing beyond it is allowed."""
     seed = int(os.environ.get("MODELC_FUZZ_SEED") or np.random.SeedSequence().entropy % 2**63)
     rng = np.random.default_rng(seed)
-    m = _model(model, "c", torch.float32)
+    m = _model(model, backend, torch.float32)
     ins = {v.name: np.zeros((FUZZ_POINTS, 6) if v.type == "SR2" else (FUZZ_POINTS,)) for v in m.INPUTS}
     d = rng.normal(size=(FUZZ_POINTS, 6))
     ins["forces/E"] = d / np.linalg.norm(d, axis=1, keepdims=True) * 10 ** rng.uniform(-4, -1.5, (FUZZ_POINTS, 1))
@@ -141,7 +143,7 @@ def test_float32_tangents_at_random_points_stay_within_the_conditioning_bound(mo
     ok &= np.isfinite(stop)
     assert ok.sum() >= FUZZ_POINTS // 2, f"{model}: only {ok.sum()} of {FUZZ_POINTS} points compared (seed {seed})"
     assert_tangent_within(tan[ok], T[ok], conditioning_bound(cond[ok], T[ok], stop[ok]),
-                          f"{model} (C, float32, random points, MODELC_FUZZ_SEED={seed})")
+                          f"{model} ({backend}, float32, random points, MODELC_FUZZ_SEED={seed})")
 
 def test_derivative_requests_pick_the_variant(monkeypatch) -> None:
     """A list of (output, input) pairs inside the declared tangent runs the tangent variant; one
