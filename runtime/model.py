@@ -20,7 +20,6 @@ import math
 import os
 import warnings
 from dataclasses import dataclass
-from numbers import Number
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
