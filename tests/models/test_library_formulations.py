@@ -102,34 +102,20 @@ def test_compiled_radial_return_matches_coupled(model: str, dtype, tol) -> None:
 
 @pytest.mark.parametrize("model", RADIAL)
 def test_the_two_forms_agree_at_random_points_and_parameters(model: str) -> None:
-    """Fresh random strain steps (10^U(-4, -1.5), random directions), every other point from rest and
-    the others from a random plastic state (deviatoric Ep up to 1e-2, ep twice its equivalent, a
-    deviatoric back stress ~30 MPa where the model has one), random step lengths
-    (10^U(-3, 1) s) and each parameter at its default times 10^U(-0.7, 0.7) per point (Poisson's ratio
-    fixed; test_library_tangent._random_parameters): the compiled radial return and coupled twin (C,
+    """Fresh random steps (test_library_tangent._random_step: every other point from rest, the
+    others from a random plastic state) and each parameter at its default times 10^U(-0.7, 0.7) per
+    point (Poisson's ratio fixed; test_library_tangent._random_parameters): the compiled radial return and coupled twin (C,
     float64; the coupled Perzyna at atol 1e-15, as above) give the same stress and tangent to TOL
     relative, at every point both converge. At such parameters the coupled Perzyna system fails to
     converge at a few percent of the points (flagged, outputs NaN; n up to 25), the radial return at
     none; at least 90% are compared."""
-    from test_library_tangent import _random_parameters
+    from test_library_tangent import _random_parameters, _random_step
 
     seed = int(np.random.SeedSequence().entropy % 2**63)
     rng = np.random.default_rng(seed)
     B = 256
     radial, coupled = compiled(model, "c", torch.float64), compiled(model + "_coupled", "c", torch.float64)
-    ins = {v.name: np.zeros((B, 6) if v.type == "SR2" else (B,)) for v in coupled.INPUTS}
-    dev = np.array([1, 1, 1, 0, 0, 0.0])
-    old = rng.normal(size=(B, 6)) * 10 ** rng.uniform(-4, -2, (B, 1)) * (np.arange(B) % 2)[:, None]
-    ins["old_state/internal/Ep"] = old - old[:, :3].mean(1, keepdims=True) * dev  # every other point from rest
-    ins["old_state/internal/ep"] = np.sqrt(2 / 3) * np.linalg.norm(ins["old_state/internal/Ep"], axis=1) * 2
-    if "old_state/internal/X" in ins:
-        X = rng.normal(size=(B, 6)) * 30 * (np.arange(B) % 2)[:, None]
-        ins["old_state/internal/X"] = X - X[:, :3].mean(1, keepdims=True) * dev
-    d = rng.normal(size=(B, 6))
-    ins["forces/E"] = ins["old_state/internal/Ep"] + d / np.linalg.norm(d, axis=1, keepdims=True) \
-        * 10 ** rng.uniform(-4, -1.5, (B, 1))
-    ins["old_forces/t"] = rng.uniform(0, 100, B)
-    ins["forces/t"] = ins["old_forces/t"] + 10 ** rng.uniform(-3, 1, B)
+    ins = _random_step(coupled, rng, B)
     params = {k: torch.as_tensor(v) for k, v in _random_parameters(radial, rng, B).items()}
     results = []
     for m, solver in ((radial, None), (coupled, {"atol": 1e-15} if model in ("perzyna_iso",) else None)):
