@@ -78,3 +78,44 @@ def test_input_errors():
         interpret(_program(), good, {"Ee": 1.0})
     with pytest.raises(InputError, match="unknown inputs"):
         interpret(_program(), dict(good, b=1.0))
+
+
+def test_stop_rows_put_one_residual_at_the_edge_of_the_stopping_test():
+    """interpret(stop_rows=...): each entry's unknowns move by J^-1 e_k slack scale_k (the root of
+    R = slack scale_k e_k to first order), row k per entry, in a coupled system of 8 unknowns
+    (NEML2's J2 return map with linear hardening); a row beyond the system or negative moves nothing."""
+    from library_helpers import program, reference_params
+
+    prog = program("j2_linear_iso_coupled", True)
+    B = 4
+    ins = {v.name: np.zeros((B, 6) if v.type.size == 6 else (B,)) for v in prog.inputs}
+    ins["forces/E"][:, 0] = 1e-2
+    ins["forces/E"][:, 1] = -4e-3
+    ins["forces/t"][:] = 1.0
+    params = reference_params("j2_linear_iso_coupled")
+    stops: list = []
+    base, _, status = interpret(prog, ins, params, stops=stops)
+    assert np.all(status["converged"])
+    names, J, scale = stops[0]
+    n = len(names)
+    assert n == 8 and J.shape == (B, n, n)  # Ep (6), ep, gamma_rate
+    rows, slack = np.array([0, n - 1, -1, n]), 1e-6
+    moved, _, _ = interpret(prog, ins, params, stop_slack=slack, stop_rows=rows)
+
+    def unknowns(res):
+        cols = []
+        for name in names:
+            var, _, i = name.partition("[")
+            cols.append(res[var][:, int(i[:-1])] if i else res[var])
+        return np.stack(cols, axis=1)
+
+    u0, u1 = unknowns(base), unknowns(moved)
+    for b, k in enumerate(rows):
+        if not 0 <= k < n:
+            assert np.array_equal(u1[b], u0[b])
+            continue
+        rhs = np.zeros(n)
+        rhs[k] = slack * scale[b, k]
+        want = np.linalg.solve(J[b], rhs)
+        assert np.any(want != 0)
+        np.testing.assert_allclose(u1[b] - u0[b], want, rtol=1e-6, atol=1e-12 * np.abs(u0[b]).max())
