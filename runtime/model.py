@@ -136,11 +136,11 @@ def t_matrix(rows, X: torch.Tensor) -> torch.Tensor:
 
 def t_rowscale(A: torch.Tensor) -> torch.Tensor:
     """``(B, n, 1)``: per row of ``A (B, n, n)`` the power of two that brings its largest ``|entry|``
-    into [0.5, 1) (1 for a zero or non-finite row). A coupled system's rows come in different units;
-    LAPACK's partial pivoting on the scaled rows picks its pivots as scaled partial pivoting would,
-    and a power of two scales exactly (the C backend's ``mc_lu_solve`` does the same without
-    scaling, see runtime/modelc_kernel.h)."""
-    e = torch.frexp(A.abs().amax(-1, keepdim=True))[1]
+    into [0.5, 1) (1 for a zero or non-finite row; at most 2^100 either way, representable in
+    float32). A coupled system's rows come in different units; LAPACK's partial pivoting on the
+    scaled rows picks its pivots as scaled partial pivoting would, and a power of two scales exactly
+    (the C backend's ``mc_lu_solve`` does the same without scaling, see runtime/modelc_kernel.h)."""
+    e = torch.frexp(A.abs().amax(-1, keepdim=True))[1].clamp(-100, 100)
     return torch.exp2((-e).to(A.dtype))  # exact: an integer power of two
 
 

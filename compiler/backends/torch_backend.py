@@ -75,7 +75,7 @@ class TorchEmitter(Emitter):
         if len(A) < TORCH_LINALG_MIN_N:
             return super().eliminate(A, prefix)
         a = self.namer.fresh(f"{prefix}_A")
-        F = _LU(self.namer.fresh(f"{prefix}_LU"), self.namer.fresh(f"{prefix}_piv"), self.namer.fresh(f"{prefix}_s"))
+        F = _LU(*(self.namer.fresh(f"{prefix}_{part}") for part in ("LU", "piv", "s")))
         self._gather(a, A)
         self.line(f"{F.scale} = _rowscale({a})")
         self.line(f"{F.lu}, {F.piv} = torch.linalg.lu_factor_ex({a} * {F.scale}, check_errors=False)[:2]")

@@ -39,11 +39,12 @@ def interpret(program: Program, inputs: Mapping[str, object], params: Mapping[st
     instead, after every converged Newton with a residual scale, move each entry's unknowns to the
     root of ``R = stop_slack * scale_k e_k`` (to first order, ``du = J^-1 e_k stop_slack scale_k``)
     for its row ``k`` (no move where ``k`` is negative or beyond the system): the same for a system
-    of any size, one residual at the edge of its stopping test at a time. ``stops``: a list that receives, for every
-    Newton with a residual scale, ``(unknowns, J, scale)`` at its solution: the unknown symbols'
-    names, the Jacobian ``dR/du`` ``(batch, n, n)`` and the residual scale (the magnitudes of each
-    residual's terms that the stopping test compares with, ``(batch, n)``): how far a stopping test
-    at a given relative tolerance may leave the unknowns from the root is ``tol |J^-1| scale``."""
+    of any size, one residual at the edge of its stopping test at a time (``stop_slack`` may then be
+    one value per entry). ``stops``: a list that receives, for every Newton with a residual scale,
+    ``(unknowns, J, scale)`` at its solution: the unknown symbols' names, the Jacobian ``dR/du``
+    ``(batch, n, n)`` and the residual scale (the magnitudes of each residual's terms that the
+    stopping test compares with, ``(batch, n)``): how far a stopping test at a given relative
+    tolerance may leave the unknowns from the root is ``tol |J^-1| scale``."""
     params = dict(params or {})
     torch_out = None
     arrays = {}

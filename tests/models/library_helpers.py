@@ -374,8 +374,9 @@ def float32_tangent_bound(model: str, steps, points, results: int = 1, reference
     float32 Newton stops once its residual is within ``RTOL_FLOOR_EPS`` machine epsilons of its
     terms, so the unknowns may sit ``J^-1 r`` from the root with ``|r_k| <= rtol scale_k``, and the
     tangent is evaluated there; the interpreter moves the solution by that for each residual ``k``
-    in turn and measures the tangent's change (:func:`conditioning_at`). Each result may err by both parts, two results by twice that, plus ``reference_tol *
-    max|T|`` when the other side is a reference with its own error (NEML2).
+    in turn and measures the tangent's change (:func:`conditioning_at`). Each result may err by
+    both parts, two results by twice that, plus ``reference_tol * max|T|`` when the other side is a
+    reference with its own error (NEML2).
     A point next to the elastic/plastic switch of a Fischer-Burmeister complementarity can have
     cond_S ~ 1e4-1e5: there float32 tangents legitimately differ by 1e-4-1e-3 of their size."""
     cond, T, stop = tangent_conditioning(model, tuple(int(s) for s in steps), tuple(int(p) for p in points))

@@ -104,11 +104,11 @@ def test_compiled_radial_return_matches_coupled(model: str, dtype, tol) -> None:
 def test_the_two_forms_agree_at_random_points_and_parameters(model: str) -> None:
     """Fresh random steps (test_library_tangent._random_step: every other point from rest, the
     others from a random plastic state) and each parameter at its default times 10^U(-0.7, 0.7) per
-    point (Poisson's ratio fixed; test_library_tangent._random_parameters): the compiled radial return and coupled twin (C,
-    float64; the coupled Perzyna at atol 1e-15, as above) give the same stress and tangent to TOL
-    relative, at every point both converge. At such parameters the coupled Perzyna system fails to
-    converge at a few percent of the points (flagged, outputs NaN; n up to 25), the radial return at
-    none; at least 90% are compared."""
+    point (Poisson's ratio fixed; test_library_tangent._random_parameters): the compiled radial
+    return and coupled twin (C, float64; the coupled Perzyna at atol 1e-15, as above) give the same
+    stress and tangent to TOL relative, at every point both converge. At such parameters the coupled
+    Perzyna system fails to converge at a few percent of the points (flagged, outputs NaN; n up to
+    25), the radial return at none; at least 90% are compared."""
     from test_library_tangent import _random_parameters, _random_step
 
     seed = int(np.random.SeedSequence().entropy % 2**63)
