@@ -5,7 +5,7 @@
 # model:       chaboche2_coupled, declared at spec/library.yaml:305
 # doc:
 #   Chaboche viscoplasticity, Voce isotropic + two Armstrong-Frederick back stresses, Perzyna flow; one coupled system of 19 unknowns (E, nu, sigma_y, R, d, C1, g1, C2, g2, eta, n)
-# spec hash:   9a5c49140df34b34b639f00035b69d3be611e11e87bf52218ab221cbdb12cc7a
+# spec hash:   cd839b9a19578570df8a3ac437a2311522b1b721f26012254391ab7b384cb4e1
 # layout:      X (B, 27) inputs, P (B or 1, 11) parameters, Y (B, 25) outputs,
 #              J (B, 25, 27) d outputs / d inputs, status (B,) x 3; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -18461,7 +18461,7 @@ class Model(CompiledModel):
 
     NAME = 'chaboche2_coupled'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = '9a5c49140df34b34b639f00035b69d3be611e11e87bf52218ab221cbdb12cc7a'
+    SPEC_HASH = 'cd839b9a19578570df8a3ac437a2311522b1b721f26012254391ab7b384cb4e1'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
         VariableInfo('forces/t', 'Scalar', 'time'),

@@ -5,7 +5,7 @@
 # model:       elastic, declared at spec/library.yaml:261
 # doc:
 #   Linear isotropic elasticity (E, nu)
-# spec hash:   9a5c49140df34b34b639f00035b69d3be611e11e87bf52218ab221cbdb12cc7a
+# spec hash:   cd839b9a19578570df8a3ac437a2311522b1b721f26012254391ab7b384cb4e1
 # layout:      X (B, 6) inputs, P (B or 1, 2) parameters, Y (B, 6) outputs,
 #              J (B, 6, 6) d outputs / d inputs, status (B,) x 3; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -590,7 +590,7 @@ class Model(CompiledModel):
 
     NAME = 'elastic'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = '9a5c49140df34b34b639f00035b69d3be611e11e87bf52218ab221cbdb12cc7a'
+    SPEC_HASH = 'cd839b9a19578570df8a3ac437a2311522b1b721f26012254391ab7b384cb4e1'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
     )

@@ -5,7 +5,7 @@
 # model:       j2_perfect, declared at spec/library.yaml:265
 # doc:
 #   Rate-independent J2 perfect plasticity (E, nu, sigma_y), radial return
-# spec hash:   9a5c49140df34b34b639f00035b69d3be611e11e87bf52218ab221cbdb12cc7a
+# spec hash:   cd839b9a19578570df8a3ac437a2311522b1b721f26012254391ab7b384cb4e1
 # layout:      X (B, 14) inputs, P (B or 1, 3) parameters, Y (B, 13) outputs,
 #              J (B, 13, 14) d outputs / d inputs, status (B,) x 3; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -1858,7 +1858,7 @@ class Model(CompiledModel):
 
     NAME = 'j2_perfect'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = '9a5c49140df34b34b639f00035b69d3be611e11e87bf52218ab221cbdb12cc7a'
+    SPEC_HASH = 'cd839b9a19578570df8a3ac437a2311522b1b721f26012254391ab7b384cb4e1'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
         VariableInfo('forces/t', 'Scalar', 'time'),

@@ -5,7 +5,7 @@
 # model:       j2_voce_af_coupled, declared at spec/library.yaml:295
 # doc:
 #   Rate-independent J2 plasticity, Voce isotropic + Armstrong-Frederick kinematic hardening (E, nu, sigma_y, R, d, C, g), NEML2's coupled system
-# spec hash:   9a5c49140df34b34b639f00035b69d3be611e11e87bf52218ab221cbdb12cc7a
+# spec hash:   cd839b9a19578570df8a3ac437a2311522b1b721f26012254391ab7b384cb4e1
 # layout:      X (B, 22) inputs, P (B or 1, 7) parameters, Y (B, 20) outputs,
 #              J (B, 20, 22) d outputs / d inputs, status (B,) x 3; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -9606,7 +9606,7 @@ class Model(CompiledModel):
 
     NAME = 'j2_voce_af_coupled'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = '9a5c49140df34b34b639f00035b69d3be611e11e87bf52218ab221cbdb12cc7a'
+    SPEC_HASH = 'cd839b9a19578570df8a3ac437a2311522b1b721f26012254391ab7b384cb4e1'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
         VariableInfo('forces/t', 'Scalar', 'time'),
