@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from library_helpers import (I6, RATE_INDEPENDENT, REF_NAMES, STRESS, call_compiled, compiled, dev, lame,
-                             per_point_rel_err,
-                             reference, reference_params, run_interpreted, von_mises, yield_radius)
+                             per_point_rel_err, reference, reference_params, run_interpreted, von_mises,
+                             yield_radius)
 
 SCALES = (1.0, 10.0, 0.1)  # time multipliers: the same strains, 10x slower, 10x faster
 BASE_POINTS = (1, 2)  # A = 0.01 and 0.015 over 10 s
