@@ -336,6 +336,10 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
         start = _Loop([(u, None, g) for u, g in zip(st.unknowns, st.guess)])
         start.ops += [(a.target, None, a.value) for a in invariant]
         start.ops += [(None, f"v_{conv}[l]", "0"), (None, f"v_{its}[l]", "0"), (None, "mc_act[l]", "1")]
+    ls = code.base.line_search_symbols(st, k) if st.solver.line_search else None
+    if ls is not None:  # statements.LineSearch: every lane from its first point, a full step
+        start.ops += [(None, f"v_{code.name(ls.alpha)}[l]", "(real)1"), (None, f"v_{code.name(ls.prev)}[l]", "MC_INF")]
+        start.ops += [(None, f"v_{code.name(v)}[l]", code.name(u)) for v, u in zip(ls.u, st.unknowns)]
     # one iteration on every lane; a lane that has stopped keeps its unknowns and status
     step = _Loop([(a.target, None, a.value) for a in variant])
     step.ops += [(r, None, e) for r, e in zip(res, st.residual)]
@@ -348,9 +352,12 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
     step.ops.append((ok, None, test))
     step.ops += [(None, f"v_{r0}[l]", r0), (None, "const int mc_was", "mc_act[l]"),
                  (None, f"v_{conv}[l]", f"mc_was ? {code.name(ok)} : v_{conv}[l]"),
-                 (None, f"v_{rn}[l]", f"mc_was ? {rn} : v_{rn}[l]"),
-                 (None, "const int mc_go", f"mc_was & ({code.name(ok)} == 0) & (it < mc_maxit)"),
-                 (None, "mc_act[l]", "mc_go")]
+                 (None, f"v_{rn}[l]", f"mc_was ? {rn} : v_{rn}[l]")]
+    if ls is None:
+        step.ops += [(None, "const int mc_go", f"mc_was & ({code.name(ok)} == 0) & (it < mc_maxit)"),
+                     (None, "mc_act[l]", "mc_go")]
+    else:  # at most mc_maxit accepted steps a lane; a halved step is not one
+        step.ops += _line_search_test(code, st, ls, code.name(ok), rn)
     steps, update = [step], None
     if n == 1:  # one unknown: the step in the same loop (no call, nothing staged)
         dx = sp.Symbol(f"nt{k}.dx", real=True)
@@ -360,7 +367,10 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
         else:
             step.ops += _unrolled_solve(code, st.jacobian, ((-res[0],),), ((dx,),), f"nt{k}", code.defs)
         x = f"v_{code.name(st.unknowns[0])}[l]"
-        step.ops += [(None, x, f"mc_go ? {x} + {code.name(dx)} : {x}"), (None, f"v_{its}[l]", f"v_{its}[l] + mc_go")]
+        if ls is None:
+            step.ops += [(None, x, f"mc_go ? {x} + {code.name(dx)} : {x}"), (None, f"v_{its}[l]", f"v_{its}[l] + mc_go")]
+        else:
+            step.ops += _line_search_step(code, st, ls, (code.name(dx),), "mc_back", its)
     else:
         if both:  # over the structural nonzeros, in the same loop (V & 2)
             dx = tuple(sp.Symbol(f"nt{k}.dx[{i}]", real=True) for i in range(n))
@@ -368,10 +378,13 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
             defs.update({a.target: a.value for a in st.body})
             unrolled = _Loop(_unrolled_solve(code, st.jacobian, tuple((-r,) for r in res), tuple((d,) for d in dx),
                                              f"nt{k}", defs), mask=UNROLLED)
-            for u, d in zip(st.unknowns, dx):
-                x = f"v_{code.name(u)}[l]"
-                unrolled.ops.append((None, x, f"mc_go ? {x} + {code.name(d)} : {x}"))
-            unrolled.ops.append((None, f"v_{its}[l]", f"v_{its}[l] + mc_go"))
+            if ls is None:
+                for u, d in zip(st.unknowns, dx):
+                    x = f"v_{code.name(u)}[l]"
+                    unrolled.ops.append((None, x, f"mc_go ? {x} + {code.name(d)} : {x}"))
+                unrolled.ops.append((None, f"v_{its}[l]", f"v_{its}[l] + mc_go"))
+            else:  # (fused with the step loop: mc_go and mc_back are in scope)
+                unrolled.ops += _line_search_step(code, st, ls, tuple(code.name(d) for d in dx), "mc_back", its)
             steps.append(unrolled)
         staged = _Loop(mask=LU)  # the matrix and the right-hand side for mc_lu_solve (V & 1)
         for i in range(n):
@@ -380,10 +393,14 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
             staged.ops.append((None, f"mc_B[{i} * MC_W + l]", -res[i]))
         steps.append(staged)
         update = _Loop([(None, "const int mc_go", "mc_act[l]")], mask=LU)
-        for i, u in enumerate(st.unknowns):
-            x = f"v_{code.name(u)}[l]"
-            update.ops.append((None, x, f"mc_go ? {x} + mc_B[{i} * MC_W + l] : {x}"))
-        update.ops.append((None, f"v_{its}[l]", f"v_{its}[l] + mc_go"))
+        if ls is None:
+            for i, u in enumerate(st.unknowns):
+                x = f"v_{code.name(u)}[l]"
+                update.ops.append((None, x, f"mc_go ? {x} + mc_B[{i} * MC_W + l] : {x}"))
+            update.ops.append((None, f"v_{its}[l]", f"v_{its}[l] + mc_go"))
+        else:
+            update.ops += _line_search_step(code, st, ls, tuple(f"mc_B[{i} * MC_W + l]" for i in range(n)),
+                                            "mc_bk[l]", its)
     items = [start,
              # tolerances and iteration limit: the call's (a->rtol, ...), negative: the spec's
              _Call([f"const real {code.name(rtol)} = mc_max(a->rtol >= 0 ? a->rtol : "
@@ -399,9 +416,14 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
     items.append(_Call(["}"]))
     arrays = {s: f"v_{code.name(s)}" for s in ins + list(st.unknowns)}
     arrays[rtol] = arrays[atol] = ""
+    state = () if ls is None else (ls.alpha, ls.prev, *ls.u, *ls.d)
+    arrays.update({s: f"v_{code.name(s)}" for s in state})
     lines = _emit_loops(code, items, arrays, full=LU | UNROLLED)
     decls = [(f"real mc_A[{n * n} * MC_W], mc_B[{n} * MC_W], " if n > 1 else "real ") + f"v_{r0}[MC_W];",
              "int mc_act[MC_W];"]
+    if ls is not None:  # the line search's lane state
+        decls += wrapped("real ", [f"v_{code.name(s)}[MC_W]" for s in state], ";")
+        decls += ["int mc_bk[MC_W];"] if n > 1 else []
     what = ", ".join(u.name for u in st.unknowns)
     if not both:
         text = [f"/* Newton solve {k} for {what}: the lanes of a block iterate together until none is "
@@ -427,6 +449,40 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
              *("    " + x for x in wrapped(f"{body}(", names + [str(LU)], ");")), "}"]
     code.functions.append("\n".join(text))
     return code.fallbacks[st] if fallback else fname
+
+
+def _line_search_test(code: "_Code", st: ir.Newton, ls, ok: str, rn: str) -> list:
+    """Step-loop ops of a line search (statements.LineSearch) after the convergence test ``ok``:
+    ``mc_back`` (halve the step: too little decrease, and halved fewer than line_search times),
+    ``mc_go`` (the lane moves: it halves, or it has made fewer than mc_maxit steps from a finite
+    residual), and the accepted point, fraction and residual norm updated; ``mc_back`` kept in
+    ``mc_bk`` for the LU update loop."""
+    a, p = (f"v_{code.name(s)}[l]" for s in (ls.alpha, ls.prev))
+    its = f"v_{code.name(st.iterations)}[l]"
+    (enough, e_ok), (_, _) = code.base.line_search_tests(st, ls, sp.true)
+    code.types[enough] = "int"
+    floor = code.expr(sp.Float(2.0 ** -st.solver.line_search, 17))
+    ops = [(enough, None, e_ok),
+           (None, "const int mc_back", f"mc_was & ({ok} == 0) & ({code.name(enough)} == 0) & ({a} > {floor})"),
+           (None, "const int mc_go", f"mc_was & ({ok} == 0) & (mc_back | (({its} < mc_maxit) & ({rn} < MC_INF)))"),
+           (None, "mc_act[l]", "mc_go"), (None, "mc_bk[l]", "mc_back") if len(st.unknowns) > 1 else None]
+    ops += [(None, f"v_{code.name(v)}[l]", f"mc_back ? v_{code.name(v)}[l] : v_{code.name(u)}[l]")
+            for v, u in zip(ls.u, st.unknowns)]
+    ops += [(None, a, f"mc_back ? ((real)0.5) * {a} : (real)1"), (None, p, f"mc_back ? {p} : {rn}")]
+    return [o for o in ops if o is not None]
+
+
+def _line_search_step(code: "_Code", st: ir.Newton, ls, dx: tuple[str, ...], back: str, its: str) -> list:
+    """Ops moving the lanes that go (``mc_go``) to the accepted point plus ``alpha`` times its step: the
+    step kept where the lane backtracks (``back``), else the new one ``dx``; an accepted step counts."""
+    a = f"v_{code.name(ls.alpha)}[l]"
+    ops = []
+    for u, v, d, x in zip(st.unknowns, ls.u, ls.d, dx):
+        dv = f"v_{code.name(d)}[l]"
+        ops += [(None, dv, f"{back} ? {dv} : {x}"),
+                (None, f"v_{code.name(u)}[l]", f"mc_go ? v_{code.name(v)}[l] + {a} * {dv} : v_{code.name(u)}[l]")]
+    ops.append((None, f"v_{its}[l]", f"v_{its}[l] + (mc_go & !({back}))"))
+    return ops
 
 
 def _unrolled_solve(code: "_Code", A, B, targets, prefix: str, defs) -> list:

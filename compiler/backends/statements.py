@@ -17,7 +17,7 @@ from __future__ import annotations
 import sympy as sp
 
 from modelc import ir
-from modelc.ir import FINITE_MAX, RTOL_FLOOR_EPS
+from modelc.ir import FINITE_MAX, LINE_SEARCH_C, RTOL_FLOOR_EPS
 from modelc.passes.expand_solve import expand_solve, factor, halley_step, substitute
 from modelc.backends.names import Namer
 from modelc.backends.printer import ExprPrinter
@@ -102,6 +102,21 @@ class Helpers:
     def lines(self) -> list[str]:
         return [line for _, lines in self.solvers.values() for line in lines] + \
             [line for item in self.items for line in item[2]]
+
+
+class LineSearch:
+    """A Newton solve's backtracking line search (``SolverOptions.line_search`` halvings at most), as
+    every backend emits it: one residual evaluation per iteration, as without it. An iteration
+    evaluates the residual at the current point (the last accepted point plus ``alpha`` times its
+    step); if the decrease is too small (:meth:`Emitter.line_search_tests`), the next point is the
+    accepted one plus half of that (``back``: the Newton step computed at the rejected point is not
+    used); otherwise the current point is accepted and the next is it plus a full Newton step. A
+    halved step does not count as an iteration, and a point stops at an accepted residual that is not
+    finite (halved ``line_search`` times: it cannot recover; the interpreter's failed point). Per point: ``alpha`` (the fraction of the step
+    tried), ``prev`` (the residual norm at the accepted point), ``u`` (that point), ``d`` (its step)."""
+
+    def __init__(self, alpha, prev, ok, back, u, d):
+        self.alpha, self.prev, self.ok, self.back, self.u, self.d = alpha, prev, ok, back, u, d
 
 
 class Emitter:
@@ -267,6 +282,41 @@ class Emitter:
             return
         for a in halley_step(res[0], st.jacobian[0][0], st.curvature[0], du[0], f"nt{k}"):
             self.assign(a.target, a.value)
+
+    def line_search_symbols(self, st: ir.Newton, k: int) -> "LineSearch":
+        """The per-point state of a line search (``st.solver.line_search > 0``)."""
+        n = len(st.unknowns)
+        return LineSearch(sp.Symbol(f"nt{k}.ls_a", real=True), sp.Symbol(f"nt{k}.ls_p", real=True),
+                          sp.Symbol(f"nt{k}.ls_ok"), sp.Symbol(f"nt{k}.ls_back"),
+                          tuple(sp.Symbol(f"nt{k}.ls_u[{i}]", real=True) for i in range(n)),
+                          tuple(sp.Symbol(f"nt{k}.ls_d[{i}]", real=True) for i in range(n)))
+
+    @staticmethod
+    def line_search_tests(st: ir.Newton, ls: "LineSearch", go) -> list[tuple[sp.Symbol, sp.Expr]]:
+        """``(ls.ok, enough decrease)`` and ``(ls.back, halve the step)`` for a point that ``go``
+        (it has not converged). ``ok``: ``||R||^2 <= (1 - 2 c a) ||R_prev||^2`` (false for a residual
+        that is not finite; ``R_prev`` is inf before the first step). ``back``: not ok, and the step
+        was halved fewer than ``st.solver.line_search`` times. See :class:`LineSearch`."""
+        rn = st.residual_norm
+        floor = sp.Float(2.0 ** -st.solver.line_search, 17)
+        return [(ls.ok, sp.LessThan(rn * rn, (1 - 2 * sp.Float(LINE_SEARCH_C, 17) * ls.alpha) * (ls.prev * ls.prev))),
+                (ls.back, sp.And(go, sp.Not(ls.ok), sp.StrictGreaterThan(ls.alpha, floor)))]
+
+    def line_search_update(self, st: ir.Newton, ls: "LineSearch", du, go: str, lib: str) -> None:
+        """Lines of a batched backend (``lib``: ``torch`` or ``tl``) after the Newton step ``du``: a
+        point that halves keeps its accepted point and step, another accepts where it is with the new
+        step; the points that ``go`` move to the accepted point plus the fraction of the step, and an
+        accepted step counts as an iteration."""
+        n, back, where = self.namer, self.namer(ls.back), f"{lib}.where"
+        for v, u in zip(ls.u, st.unknowns):
+            self.line(f"{n(v)} = {where}({back}, {n(v)}, {n(u)})")
+        for v, d in zip(ls.d, du):
+            self.line(f"{n(v)} = {where}({back}, {n(v)}, {n(d)})")
+        self.line(f"{n(ls.alpha)} = {where}({back}, 0.5 * {n(ls.alpha)}, 1.0)")
+        self.line(f"{n(ls.prev)} = {where}({back}, {n(ls.prev)}, {n(st.residual_norm)})")
+        for u, v, d in zip(st.unknowns, ls.u, ls.d):
+            self.line(f"{n(u)} = {where}({go}, {n(v)} + {n(ls.alpha)} * {n(d)}, {n(u)})")
+        self.line(f"{n(st.iterations)} = {n(st.iterations)} + ({go} & ~{back}).to({lib}.int32)")
 
     def solve(self, A, B, targets, prefix: str) -> None:
         """Lines solving ``A X = B`` into ``targets`` (default: unrolled elimination)."""

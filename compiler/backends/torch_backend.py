@@ -17,6 +17,7 @@ converged point's unknowns stop changing; the loop ends when every point converg
 ``max_iter`` updates (one host sync per iteration). """
 from __future__ import annotations
 
+import sympy as sp
 
 from modelc import ir
 from modelc.backends.layout import Layout
@@ -112,8 +113,24 @@ class TorchEmitter(Emitter):
         self.line(f"{n(self.atol_symbol(k))} = O[1] if O[1] >= 0 else {float(st.solver.atol)!r}")
         it, maxit = self.namer.fresh(f"it{k}"), self.namer.fresh(f"maxit{k}")
         self.line(f"{maxit} = int(O[2]) if O[2] >= 0 else {int(st.solver.max_iter)}")
+        if st.solver.line_search:
+            return self._newton_line_search(st, k, it, maxit)
         self.line(f"for {it} in range({maxit} + 1):")
         self.depth += 1
+        self._evaluate(st, k, it)
+        self.line(f"if {it} == {maxit} or bool({n(st.converged)}.all()):")
+        self.line("    break")
+        self.newton_step(st, k, res, du)
+        for u, d in zip(st.unknowns, du):
+            self.line(f"{n(u)} = torch.where({n(st.converged)}, {n(u)}, {n(u)} + {n(d)})")
+        self.line(f"{n(st.iterations)} = {n(st.iterations)} + (~{n(st.converged)}).to(torch.int32)")
+        self.depth -= 1
+
+    def _evaluate(self, st: ir.Newton, k: int, it: str) -> None:
+        """An iteration's first lines: the body, the residual, its norm (the first one kept) and
+        the convergence test."""
+        res, _, rn0 = self.newton_symbols(st, k)
+        n = self.namer
         self.statements(st.body)
         for r, e in zip(res, st.residual):
             self.assign(r, e)
@@ -124,12 +141,34 @@ class TorchEmitter(Emitter):
         for sym, e in parts:
             self.assign(sym, e)
         self.line(f"{n(st.converged)} = {n(st.converged)} | {self.p.doprint(test)}")
-        self.line(f"if {it} == {maxit} or bool({n(st.converged)}.all()):")
+
+    def _newton_line_search(self, st: ir.Newton, k: int, it: str, maxit: str) -> None:
+        """The loop of :meth:`newton` with a backtracking line search (statements.LineSearch): at
+        most ``maxit`` accepted steps a point, each halved at most ``line_search`` times."""
+        res, du, _ = self.newton_symbols(st, k)
+        ls = self.line_search_symbols(st, k)
+        n = self.namer
+        new = "dtype=X.dtype, device=X.device"
+        self.line(f"{n(ls.alpha)} = torch.ones(X.shape[0], {new})")
+        self.line(f"{n(ls.prev)} = torch.full((X.shape[0],), float(\"inf\"), {new})")
+        for v, u in zip(ls.u, st.unknowns):
+            self.line(f"{n(v)} = {n(u)}")
+        for d in ls.d:
+            self.line(f"{n(d)} = torch.zeros(X.shape[0], {new})")
+        go = self.namer.fresh(f"go{k}")
+        self.line(f"for {it} in range(({maxit} + 1) * {st.solver.line_search + 1}):")
+        self.depth += 1
+        self._evaluate(st, k, it)
+        for sym, e in self.line_search_tests(st, ls, sp.Not(st.converged)):
+            self.assign(sym, e)
+        back = n(ls.back)
+        # a point stops at max_iter accepted steps, or at an accepted residual that is not finite
+        self.line(f"{go} = ~{n(st.converged)} & ({back} | (({n(st.iterations)} < {maxit}) & "
+                  f"torch.isfinite({n(st.residual_norm)})))")
+        self.line(f"if not bool({go}.any()):")
         self.line("    break")
         self.newton_step(st, k, res, du)
-        for u, d in zip(st.unknowns, du):
-            self.line(f"{n(u)} = torch.where({n(st.converged)}, {n(u)}, {n(u)} + {n(d)})")
-        self.line(f"{n(st.iterations)} = {n(st.iterations)} + (~{n(st.converged)}).to(torch.int32)")
+        self.line_search_update(st, ls, du, go, "torch")
         self.depth -= 1
 
 

@@ -251,6 +251,14 @@ class TritonEmitter(Emitter):
         it = self.namer.fresh(f"it{k}")
         todo = self.namer.fresh(f"todo{k}")
         upd = self.namer.fresh(f"update{k}")
+        ls = self.line_search_symbols(st, k) if st.solver.line_search else None
+        if ls is not None:  # statements.LineSearch: the accepted point, its step, the fraction tried
+            self.line(f"{n(ls.alpha)} = tl.full([BLOCK], 1.0, DTYPE)")
+            self.line(f"{n(ls.prev)} = tl.full([BLOCK], float(\"inf\"), DTYPE)")
+            for v, u in zip(ls.u, st.unknowns):
+                self.line(f"{n(v)} = {n(u)}")
+            for d in ls.d:
+                self.line(f"{n(d)} = tl.zeros([BLOCK], dtype=DTYPE)")
         self.line(f"{it} = 0")
         self.line(f"{todo} = tl.sum(mask.to(tl.int32), axis=0)")
         self.line(f"while {todo} > 0:")
@@ -264,11 +272,20 @@ class TritonEmitter(Emitter):
         for sym, e in parts:
             self.assign(sym, e)
         self.line(f"{n(st.converged)} = {n(st.converged)} | {self.p.doprint(test)}")
-        self.line(f"{upd} = (~{n(st.converged)}) & ({it} < {maxit})")
+        if ls is None:
+            self.line(f"{upd} = (~{n(st.converged)}) & ({it} < {maxit})")
+        else:  # at most maxit accepted steps a point (a halved step is not one), none from a non-finite residual
+            for sym, e in self.line_search_tests(st, ls, sp.Not(st.converged)):
+                self.assign(sym, e)
+            self.line(f"{upd} = (~{n(st.converged)}) & ({n(ls.back)} | (({n(st.iterations)} < {maxit}) & "
+                      f"({n(st.residual_norm)} < float(\"inf\"))))")
         self.newton_step(st, k, res, du)
-        for u, d in zip(st.unknowns, du):
-            self.line(f"{n(u)} = tl.where({upd}, {n(u)} + {n(d)}, {n(u)})")
-        self.line(f"{n(st.iterations)} = {n(st.iterations)} + {upd}.to(tl.int32)")
+        if ls is None:
+            for u, d in zip(st.unknowns, du):
+                self.line(f"{n(u)} = tl.where({upd}, {n(u)} + {n(d)}, {n(u)})")
+            self.line(f"{n(st.iterations)} = {n(st.iterations)} + {upd}.to(tl.int32)")
+        else:
+            self.line_search_update(st, ls, du, upd, "tl")
         self.line(f"{it} += 1")
         self.line(f"{todo} = tl.sum({upd}.to(tl.int32), axis=0)")
         self.depth -= 1

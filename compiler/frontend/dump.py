@@ -60,7 +60,8 @@ def format_model(m: Model, sstr=None) -> str:
         o = s.solver
         lines.append(f"  solver rtol={o.rtol!r} atol={o.atol!r} max_iter={o.max_iter} "
                      f"on_failure={o.on_failure} max_substeps={o.max_substeps}"
-                     + (f" method={o.method}" if o.method != "newton" else ""))
+                     + (f" method={o.method}" if o.method != "newton" else "")
+                     + (f" line_search={o.line_search}" if o.line_search else ""))
         for eq in s.residuals:
             lines.append(f"  residual {eq.var.name}:")
             lines += _components(f"R({eq.var.name})", eq.components, sstr)

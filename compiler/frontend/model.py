@@ -28,6 +28,7 @@ QUALIFIED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*")
 HELPER_KEY = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(\s*([^()]*?)\s*\)\s*")
 ON_FAILURE = ("nan", "substep")
 METHODS = ("newton", "halley")
+LINE_SEARCH_MAX = 30
 
 
 def old_name(name: str) -> str:
@@ -405,8 +406,15 @@ def _solver(node) -> SolverOptions:
     if vals["method"] not in METHODS:
         raise SpecError(f"solver option 'method' must be one of {', '.join(METHODS)}",
                         f["method"].loc, hint=did_you_mean(vals["method"], METHODS))
+    if not 0 <= vals["line_search"] <= LINE_SEARCH_MAX:
+        raise SpecError(f"solver option 'line_search' must be in [0, {LINE_SEARCH_MAX}] (0: full Newton steps; "
+                        f"{LINE_SEARCH_MAX} halvings cut a step to 1e-9 of its length)", f["line_search"].loc)
+    if vals["line_search"] and vals["method"] != "newton":
+        raise SpecError(f"solver option 'line_search' needs method: newton (a {vals['method']} step is not "
+                        "a descent direction of the residual norm)", f["line_search"].loc)
     return SolverOptions(float(vals["rtol"]), float(vals["atol"]), int(vals["max_iter"]),
-                         vals["on_failure"], int(vals["max_substeps"]), vals["method"])
+                         vals["on_failure"], int(vals["max_substeps"]), vals["method"],
+                         int(vals["line_search"]))
 
 
 def file_helpers(mapping) -> dict:

@@ -19,13 +19,14 @@ Torch tensors in give torch tensors out (same dtype); computation is in NumPy.
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Mapping
 
 import numpy as np
 import sympy as sp
 
 from modelc.errors import InputError
-from modelc.ir import FINITE_MAX, RTOL_FLOOR_EPS, Assign, LinearSolve, Newton, Program
+from modelc.ir import FINITE_MAX, LINE_SEARCH_C, RTOL_FLOOR_EPS, Assign, LinearSolve, Newton, Program
 
 
 def interpret(program: Program, inputs: Mapping[str, object], params: Mapping[str, object] | None = None,
@@ -157,13 +158,18 @@ def _newton(st: Newton, env, batch, dtype) -> None:
     failed = np.zeros(batch, dtype=bool)
     iterations = np.zeros(batch, dtype=np.int64)
     norm0 = None
-    for it in range(o.max_iter + 1):
+    # backtracking line search (o.line_search halvings at most): the point the step starts from, its
+    # direction, the fraction of it tried and the residual norm there (inf: the first point is kept)
+    u_prev, d_prev = list(u), [np.zeros_like(x) for x in u]
+    alpha, norm_prev = np.ones(batch, dtype=dtype), np.full(batch, np.inf, dtype=dtype)
+    for it in itertools.count():
         local = dict(env)
         local.update(zip(st.unknowns, u))
         for a in st.body:
             local[a.target] = _eval(a.value, local, batch, dtype)
         R = np.stack([_eval(r, local, batch, dtype) for r in st.residual], axis=-1)
-        norm = np.sqrt(np.sum(R * R, axis=-1))
+        with np.errstate(over="ignore", invalid="ignore"):
+            norm = np.sqrt(np.sum(R * R, axis=-1))
         if norm0 is None:
             norm0 = norm
         if st.residual_scale:  # the backends' test: every residual zero to rtol of its own terms
@@ -175,9 +181,15 @@ def _newton(st: Newton, env, batch, dtype) -> None:
         now = ~failed & ((norm <= o.atol) | small)
         converged |= now
         final_norm = norm if it == 0 else np.where(converged & ~now, final_norm, norm)
-        failed |= ~np.isfinite(norm)
-        active = ~converged & ~failed
-        if it == o.max_iter or not active.any():
+        back = np.zeros(batch, dtype=bool)
+        if o.line_search:  # too little decrease (or a residual that is not finite): halve the step
+            with np.errstate(over="ignore", invalid="ignore"):
+                enough = norm * norm <= (1 - 2 * LINE_SEARCH_C * alpha) * norm_prev * norm_prev
+            back = ~converged & ~failed & ~enough & (alpha > 2.0 ** -o.line_search)
+        failed |= ~np.isfinite(norm) & ~back
+        # a point stops after max_iter steps; the trials of a halved step do not count
+        active = ~converged & ~failed & (back | (iterations < o.max_iter))
+        if not active.any():
             break
         J = _matrix(st.jacobian, local, batch, dtype)
         du = _solve(J, -R[..., None])[..., 0]
@@ -187,12 +199,19 @@ def _newton(st: Newton, env, batch, dtype) -> None:
             with np.errstate(all="ignore"):
                 halley = (-2 * r * j) / (2 * (j * j) - q)
             du = np.where(np.abs(q) <= j * j, halley, du[..., 0])[..., None].astype(dtype)
-        bad = active & ~np.all(np.isfinite(du), axis=-1)
+        bad = active & ~back & ~np.all(np.isfinite(du), axis=-1)
         failed |= bad
         active &= ~bad
+        if o.line_search:  # from the last accepted point: its step halved, or the new full step
+            u_prev = [np.where(back, up, x) for up, x in zip(u_prev, u)]
+            d_prev = [np.where(back, dp, du[..., k]) for k, dp in enumerate(d_prev)]
+            alpha = np.where(back, alpha * dtype.type(0.5), dtype.type(1)).astype(dtype)
+            norm_prev = np.where(back, norm_prev, norm).astype(dtype)
+            du = np.stack([alpha * dp for dp in d_prev], axis=-1)
+            u = list(u_prev)
         for k in range(len(u)):
             u[k] = np.where(active, u[k] + du[..., k], u[k])
-        iterations += active
+        iterations += active & ~back
     ok = converged
     for k, s in enumerate(st.unknowns):
         env[s] = np.where(ok, u[k], np.nan).astype(dtype)

@@ -125,6 +125,10 @@ class SolverOptions:
     #: "newton", or "halley" for a solve with one scalar unknown: each step also uses d2R/du2
     #: (cubic convergence; see modelc.ir.Newton.curvature)
     method: str = "newton"
+    #: at most this many halvings of a Newton step (backtracking line search): a step is cut while
+    #: ``||R(u + a du)||^2 > (1 - 2 LINE_SEARCH_C a) ||R(u)||^2`` (Armijo's sufficient decrease of
+    #: ``||R||^2``, ``a`` = 1, 1/2, ...); each trial counts as an iteration. 0: full steps (Newton)
+    line_search: int = 0
 
 
 @dataclass(frozen=True, slots=True)

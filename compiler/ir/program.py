@@ -52,6 +52,12 @@ RTOL_FLOOR_EPS = 32
 #: first guess to 1e28 MPa)
 FINITE_MAX = 3.0e38
 
+#: Armijo's constant of the backtracking line search (``SolverOptions.line_search``): a trial step
+#: ``a du`` is kept when ``||R(u + a du)||^2 <= (1 - 2 LINE_SEARCH_C a) ||R(u)||^2`` (for a Newton
+#: step, ``d/da ||R||^2 = -2 ||R||^2`` at ``a = 0``: the trial keeps 1e-4 of the decrease the
+#: linearization promises), else it is halved. Every backend and the reference interpreter use it.
+LINE_SEARCH_C = 1.0e-4
+
 
 @dataclass(frozen=True, slots=True)
 class Newton:

@@ -10,7 +10,7 @@ from modelc.frontend import expr
 from modelc.frontend.schema import GENERATED, SCHEMA, check, markdown, render_docs
 from modelc.frontend.yamlio import YScalar, load_yaml_text
 
-SOLVER_KEYS = ["rtol", "atol", "max_iter", "on_failure", "max_substeps", "method"]
+SOLVER_KEYS = ["rtol", "atol", "max_iter", "on_failure", "max_substeps", "method", "line_search"]
 
 
 def _node(text: str):
@@ -30,8 +30,8 @@ def test_absent_and_empty_keys_get_the_documented_defaults():
     assert isinstance(out["rtol"], YScalar) and out["rtol"].value == 1e-6 and out["rtol"].loc.line == 1
     assert isinstance(out["method"], YScalar) and out["method"].value == "halley"
     # the documented defaults (docs/spec.md): an empty value ('atol:') counts as absent
-    assert {k: out[k] for k in ("atol", "max_iter", "on_failure", "max_substeps")} == \
-        {"atol": 1e-10, "max_iter": 25, "on_failure": "nan", "max_substeps": 8}
+    assert {k: out[k] for k in ("atol", "max_iter", "on_failure", "max_substeps", "line_search")} == \
+        {"atol": 1e-10, "max_iter": 25, "on_failure": "nan", "max_substeps": 8, "line_search": 0}
     par = check(_node("shared: yes\n"), "parameter", "p")  # YAML 1.1: 'yes' is the boolean true
     assert par["shared"].value is True
     assert (par["type"], par["default"], par["units"], par["bounds"]) == ("Scalar", None, "", None)
