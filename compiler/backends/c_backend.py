@@ -338,7 +338,8 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
         start.ops += [(None, f"v_{conv}[l]", "0"), (None, f"v_{its}[l]", "0"), (None, "mc_act[l]", "1")]
     ls = code.base.line_search_symbols(st, k) if st.solver.line_search else None
     if ls is not None:  # statements.LineSearch: every lane from its first point, a full step
-        start.ops += [(None, f"v_{code.name(ls.alpha)}[l]", "(real)1"), (None, f"v_{code.name(ls.prev)}[l]", "MC_INF")]
+        start.ops += [(None, f"v_{code.name(ls.alpha)}[l]", "(real)1"),
+                      (None, f"v_{code.name(ls.prev)}[l]", "MC_INF")]
         start.ops += [(None, f"v_{code.name(v)}[l]", code.name(u)) for v, u in zip(ls.u, st.unknowns)]
     # one iteration on every lane; a lane that has stopped keeps its unknowns and status
     step = _Loop([(a.target, None, a.value) for a in variant])
@@ -459,7 +460,7 @@ def _line_search_test(code: "_Code", st: ir.Newton, ls, ok: str, rn: str) -> lis
     ``mc_bk`` for the LU update loop."""
     a, p = (f"v_{code.name(s)}[l]" for s in (ls.alpha, ls.prev))
     its = f"v_{code.name(st.iterations)}[l]"
-    (enough, e_ok), (_, _) = code.base.line_search_tests(st, ls, sp.true)
+    enough, e_ok = code.base.line_search_tests(st, ls, sp.true)[0]  # (the back test is spelled below)
     code.types[enough] = "int"
     floor = code.expr(sp.Float(2.0 ** -st.solver.line_search, 17))
     ops = [(enough, None, e_ok),

@@ -306,13 +306,15 @@ class Emitter:
         """Lines of a batched backend (``lib``: ``torch`` or ``tl``) after the Newton step ``du``: a
         point that halves keeps its accepted point and step, another accepts where it is with the new
         step; the points that ``go`` move to the accepted point plus the fraction of the step, and an
-        accepted step counts as an iteration."""
+        accepted step counts as an iteration. A point that stops keeps the fraction 0, so that its
+        unchanged residual, which never decreases, does not make it halve again."""
         n, back, where = self.namer, self.namer(ls.back), f"{lib}.where"
         for v, u in zip(ls.u, st.unknowns):
             self.line(f"{n(v)} = {where}({back}, {n(v)}, {n(u)})")
         for v, d in zip(ls.d, du):
             self.line(f"{n(v)} = {where}({back}, {n(v)}, {n(d)})")
-        self.line(f"{n(ls.alpha)} = {where}({back}, 0.5 * {n(ls.alpha)}, 1.0)")
+        # a point that stops gets the fraction 0: it never halves again (never restarts)
+        self.line(f"{n(ls.alpha)} = {where}({back}, 0.5 * {n(ls.alpha)}, {where}({go}, 1.0, 0.0))")
         self.line(f"{n(ls.prev)} = {where}({back}, {n(ls.prev)}, {n(st.residual_norm)})")
         for u, v, d in zip(st.unknowns, ls.u, ls.d):
             self.line(f"{n(u)} = {where}({go}, {n(v)} + {n(ls.alpha)} * {n(d)}, {n(u)})")

@@ -205,7 +205,9 @@ def _newton(st: Newton, env, batch, dtype) -> None:
         if o.line_search:  # from the last accepted point: its step halved, or the new full step
             u_prev = [np.where(back, up, x) for up, x in zip(u_prev, u)]
             d_prev = [np.where(back, dp, du[..., k]) for k, dp in enumerate(d_prev)]
-            alpha = np.where(back, alpha * dtype.type(0.5), dtype.type(1)).astype(dtype)
+            # a point that stops keeps 0: its residual never decreases, and it must not halve again
+            alpha = np.where(back, alpha * dtype.type(0.5), np.where(active, dtype.type(1), dtype.type(0)))
+            alpha = alpha.astype(dtype)
             norm_prev = np.where(back, norm_prev, norm).astype(dtype)
             du = np.stack([alpha * dp for dp in d_prev], axis=-1)
             u = list(u_prev)
