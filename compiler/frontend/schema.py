@@ -98,8 +98,8 @@ SCHEMA: dict[str, tuple[Field, ...]] = {
         Field("method", "str", False, "newton", "'newton', or 'halley' for one scalar unknown (each step "
               "also uses the second derivative: fewer iterations, see docs)"),
         Field("line_search", "int", False, 0, "at most this many halvings of a Newton step while the "
-              "residual norm does not decrease enough (backtracking; each trial counts as an iteration; "
-              "0: full steps)"),
+              "residual norm does not decrease enough (backtracking, see docs; a halving is not an "
+              "iteration; 0: full steps)"),
     ),
     "compose": (
         Field("models", "names", True, None, "the models (or earlier compositions) to wire together by "

@@ -127,7 +127,8 @@ class SolverOptions:
     method: str = "newton"
     #: at most this many halvings of a Newton step (backtracking line search): a step is cut while
     #: ``||R(u + a du)||^2 > (1 - 2 LINE_SEARCH_C a) ||R(u)||^2`` (Armijo's sufficient decrease of
-    #: ``||R||^2``, ``a`` = 1, 1/2, ...); each trial counts as an iteration. 0: full steps (Newton)
+    #: ``||R||^2``, ``a`` = 1, 1/2, ...); ``max_iter`` counts accepted steps, not the halvings
+    #: (modelc.backends.statements.LineSearch). 0: full steps (Newton)
     line_search: int = 0
 
 
