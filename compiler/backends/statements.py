@@ -302,6 +302,19 @@ class Emitter:
         return [(ls.ok, sp.LessThan(rn * rn, (1 - 2 * sp.Float(LINE_SEARCH_C, 17) * ls.alpha) * (ls.prev * ls.prev))),
                 (ls.back, sp.And(go, sp.Not(ls.ok), sp.StrictGreaterThan(ls.alpha, floor)))]
 
+    def line_search_start(self, st: ir.Newton, ls: "LineSearch", full) -> None:
+        """Lines before the loop of a batched backend: every point from its guess (the accepted
+        point), the fraction 1, the norm there inf (the guess is accepted), no step yet; ``full(v)``
+        spells a batch of the value ``v`` in the backend's dtype."""
+        n = self.namer
+        self.line(f"{n(ls.alpha)} = {full('1.0')}")
+        inf = 'float("inf")'
+        self.line(f"{n(ls.prev)} = {full(inf)}")
+        for v, u in zip(ls.u, st.unknowns):
+            self.line(f"{n(v)} = {n(u)}")
+        for d in ls.d:
+            self.line(f"{n(d)} = {full('0.0')}")
+
     def line_search_update(self, st: ir.Newton, ls: "LineSearch", du, go: str, lib: str) -> None:
         """Lines of a batched backend (``lib``: ``torch`` or ``tl``) after the Newton step ``du``: a
         point that halves keeps its accepted point and step, another accepts where it is with the new

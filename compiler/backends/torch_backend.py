@@ -148,13 +148,7 @@ class TorchEmitter(Emitter):
         res, du, _ = self.newton_symbols(st, k)
         ls = self.line_search_symbols(st, k)
         n = self.namer
-        new = "dtype=X.dtype, device=X.device"
-        self.line(f"{n(ls.alpha)} = torch.ones(X.shape[0], {new})")
-        self.line(f"{n(ls.prev)} = torch.full((X.shape[0],), float(\"inf\"), {new})")
-        for v, u in zip(ls.u, st.unknowns):
-            self.line(f"{n(v)} = {n(u)}")
-        for d in ls.d:
-            self.line(f"{n(d)} = torch.zeros(X.shape[0], {new})")
+        self.line_search_start(st, ls, lambda v: f"torch.full((X.shape[0],), {v}, dtype=X.dtype, device=X.device)")
         go = self.namer.fresh(f"go{k}")
         self.line(f"for {it} in range(({maxit} + 1) * {st.solver.line_search + 1}):")
         self.depth += 1

@@ -253,12 +253,7 @@ class TritonEmitter(Emitter):
         upd = self.namer.fresh(f"update{k}")
         ls = self.line_search_symbols(st, k) if st.solver.line_search else None
         if ls is not None:  # statements.LineSearch: the accepted point, its step, the fraction tried
-            self.line(f"{n(ls.alpha)} = tl.full([BLOCK], 1.0, DTYPE)")
-            self.line(f"{n(ls.prev)} = tl.full([BLOCK], float(\"inf\"), DTYPE)")
-            for v, u in zip(ls.u, st.unknowns):
-                self.line(f"{n(v)} = {n(u)}")
-            for d in ls.d:
-                self.line(f"{n(d)} = tl.zeros([BLOCK], dtype=DTYPE)")
+            self.line_search_start(st, ls, lambda v: f"tl.full([BLOCK], {v}, DTYPE)")
         self.line(f"{it} = 0")
         self.line(f"{todo} = tl.sum(mask.to(tl.int32), axis=0)")
         self.line(f"while {todo} > 0:")
