@@ -16,10 +16,27 @@ each, the sources interleaved in every round; printed as ns per point, with each
 relative difference from the first one's outputs and derivatives (a change that is faster but
 computes something else shows here). This is how the C changes in docs/performance.md were
 measured before they were adopted or not.
+
+Out of cache, two things decide what such a timing says (measured 2026-11-29 on an AMD EPYC VM,
+j2_voce_af at 1e5 points; benchmarks/results/20261129T030000Z-cpu-status-stores.md):
+
+- ``--sets K``: every source is bound to K input sets (shared by the sources), and the timing is
+  :func:`shuffled_calls`: one call of each source a round, in a random order, consecutive calls on
+  consecutive sets, so no call reads the inputs the call before it read; best and median of all
+  calls. With one set (the default: best of the rounds' loops of one source, as before) the
+  inputs of 1e5 points (16 MB) stay in a 32 MB last-level cache between calls while the outputs
+  stream past it, and what a change does to the reads from memory does not show: a change worth
+  2-4 ns a point with 4 sets measured nothing with one.
+- ``--ballast MB``: memory allocated and written before any source is bound. Identical sources bound
+  one after another ran 46, 44, 44 and 43 ns a point, the first one's buffers the slowest; the
+  hand-written expert's C went from 34 to 44 ns when its buffers came first. 300 MB of ballast
+  evened the sources out (44, 43, 42). Compare sources in more than one order.
 """
 from __future__ import annotations
 
 import argparse
+import random
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -68,12 +85,13 @@ def _models(model: str, sources: list[str]):
     return out
 
 
-def _inputs(model: str, m, size: int) -> dict:
+def _inputs(model: str, m, size: int, offset: int = 0) -> dict:
     if model == "chaboche2_coupled":
         from benchmarks import chaboche
-        return chaboche.inputs(chaboche.tile(chaboche.pool(), size, torch.float64, "cpu"))
+        return chaboche.inputs(chaboche.tile(chaboche.pool(), size, torch.float64, "cpu"))  # (fresh copies)
     base = modelc_hook._base(model)  # (a _coupled twin runs its radial return's workload)
-    return modelc_hook.named_inputs(m, model, wl.args_of(base, wl.batch(wl.pool(base), size, torch.float64)))
+    batch = wl.batch(wl.pool(base), size, torch.float64, offset=offset)
+    return modelc_hook.named_inputs(m, model, wl.args_of(base, batch))
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -85,28 +103,60 @@ DERIVATIVES = {"value": False, "tangent": "tangent", "jacobian": True, "total": 
 
 def interleaved_best(calls: list, size: int, rounds: int) -> list[float]:
     """Seconds per call of each of ``calls`` on ``size`` points: best of ``rounds`` rounds of
-    ``max(3, 1e6 // size)`` calls each, the calls interleaved in every round."""
+    ``max(3, 1e6 // size)`` calls each, the calls interleaved in every round. A call given as a list
+    (one per input set) takes its entries in turn."""
     reps = max(3, int(1e6 // size))
     best = [float("inf")] * len(calls)
     for _ in range(rounds):
         for i, f in enumerate(calls):
+            fs = f if isinstance(f, list) else [f]
             t0 = time.perf_counter()
-            for _ in range(reps):
-                f()
+            for k in range(reps):
+                fs[k % len(fs)]()
             best[i] = min(best[i], (time.perf_counter() - t0) / reps)
     return best
 
 
+def shuffled_calls(calls: list[list], size: int, rounds: int, seed: int = 0) -> list[list[float]]:
+    """Seconds of every call of each source (a list of calls, one per input set): ``rounds`` rounds
+    of one call of each source, in a new random order every round; consecutive calls take
+    consecutive input sets, whichever source makes them (so a call reads no input the call before it
+    read, and no source always follows the same one)."""
+    rng = random.Random(seed)
+    times: list[list[float]] = [[] for _ in calls]
+    k = 0
+    for _ in range(rounds):
+        order = list(range(len(calls)))
+        rng.shuffle(order)
+        for i in order:
+            f = calls[i][k % len(calls[i])]
+            k += 1
+            t0 = time.perf_counter()
+            f()
+            times[i].append(time.perf_counter() - t0)
+    return times
+
+
 def compare(model: str, sizes: list[int], sources: list[str], rounds: int = 9,
-            derivatives: str = "tangent") -> list[dict]:
+            derivatives: str = "tangent", sets: int = 1, ballast_mb: int = 0) -> list[dict]:
+    if sets < 1 or ballast_mb < 0:
+        raise ValueError(f"sets must be at least 1 and ballast_mb at least 0, got {sets} and {ballast_mb}")
     torch.set_num_threads(1)
     models = _models(model, sources)
     recs = []
     for size in sizes:
-        binds = [m.bind(_inputs(model, m, size), derivatives=DERIVATIVES[derivatives]) for m in models]
-        best = interleaved_best(binds, size, rounds)
+        ballast = torch.ones(ballast_mb * 2**20 // 8, dtype=torch.float64)  # noqa: F841 (held: see the doc)
+        inputs = [_inputs(model, models[0], size, offset=97 * k) for k in range(sets)]
+        sets_of = [[m.bind(x, derivatives=DERIVATIVES[derivatives]) for x in inputs] for m in models]
+        binds = [bs[0] for bs in sets_of]
+        median = [None] * len(binds)
+        if sets > 1:
+            times = shuffled_calls(sets_of, size, rounds * max(3, int(1e6 // size)))
+            best, median = [min(t) for t in times], [statistics.median(t) for t in times]
+        else:
+            best = interleaved_best(binds, size, rounds)
         r0 = binds[0].result
-        for src, b, t in zip(sources, binds, best):
+        for src, b, t, med in zip(sources, binds, best, median):
             r = b.result
             same = torch.equal(r.outputs.tensor, r0.outputs.tensor)
             rel = 0.0
@@ -115,6 +165,7 @@ def compare(model: str, sizes: list[int], sources: list[str], rounds: int = 9,
                 same = same and torch.equal(r.jacobian.tensor, r0.jacobian.tensor)
             recs.append({"model": model, "size": size, "source": src, "derivatives": derivatives,
                          "ns_per_point": t / size * 1e9,
+                         "median_ns_per_point": None if med is None else med / size * 1e9,
                          "outputs_rel": _rel(r.outputs.tensor, r0.outputs.tensor),
                          "derivatives_rel": rel, "identical": bool(same)})
     return recs
@@ -126,11 +177,19 @@ def main(argv=None) -> None:
     ap.add_argument("sources", nargs="+", help="'-' (the module's C source), git:REV or C files")
     ap.add_argument("--sizes", nargs="+", type=int, default=[2000, 100000])
     ap.add_argument("--derivatives", choices=sorted(DERIVATIVES), default="tangent")
+    ap.add_argument("--sets", type=int, default=1,
+                    help="input sets each source takes in turn (4 at 1e5 points: inputs from memory)")
+    ap.add_argument("--ballast", type=int, default=0, metavar="MB",
+                    help="memory allocated and written before the sources are bound")
     a = ap.parse_args(argv)
-    print("| model | derivatives | size | source | ns/point | max rel. diff outputs | derivatives | bit for bit |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in compare(a.model, a.sizes, a.sources, derivatives=a.derivatives):
-        print(f"| {r['model']} | {r['derivatives']} | {r['size']} | {r['source']} | {r['ns_per_point']:.1f} | "
+    if a.sets < 1 or a.ballast < 0:
+        ap.error(f"--sets must be at least 1 and --ballast at least 0, got {a.sets} and {a.ballast}")
+    print("| model | derivatives | size | source | ns/point (best) | median | max rel. diff outputs | derivatives "
+          "| bit for bit |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in compare(a.model, a.sizes, a.sources, derivatives=a.derivatives, sets=a.sets, ballast_mb=a.ballast):
+        med = "-" if r["median_ns_per_point"] is None else f"{r['median_ns_per_point']:.1f}"
+        print(f"| {r['model']} | {r['derivatives']} | {r['size']} | {r['source']} | {r['ns_per_point']:.1f} | {med} | "
               f"{r['outputs_rel']:.1e} | {r['derivatives_rel']:.1e} | {'yes' if r['identical'] else 'no'} |")
 
 

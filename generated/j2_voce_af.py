@@ -2876,8 +2876,8 @@ C_SOURCE = r'''
 /* MC_PARTS value:0,tangent:0,jacobian:1,total:1 (entry point: part; -DMC_PART=k builds part k alone) */
 /* MC_WIDTHS x=1,6,6,6,1,1 tangent=36 jacobian=420 total=560 (per point: the inputs' components in argument order, each derivative entry point's entries) */
 #include "modelc_kernel.h"
-#if MC_KERNEL_ABI != 2
-#error "this source needs modelc_kernel.h ABI 2: regenerate it with the installed modelc"
+#if MC_KERNEL_ABI != 3
+#error "this source needs modelc_kernel.h ABI 3: regenerate it with the installed modelc"
 #endif
 
 /* Newton solve 1 for state/internal/dgamma: the lanes of a block iterate together until none is active */
@@ -4390,10 +4390,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             for (int k = 0; k < (V == 4 ? 382 : 522); ++k)
                 j[jt1[k][1] * (V == 4 ? 21 : 28) + jt1[k][2]] = o_j[jt1[k][0] * MC_W + l];
         }
-        a->conv[i] = (uint8_t)o_c[l];
-        a->iters[i] = (int32_t)o_it[l];
-        a->rnorm[i] = o_r[l];
     }
+    mc_store_status(a, i0, nl, o_c, o_it, o_r);
 }
 
 #ifndef MC_ENTRY

@@ -8,7 +8,7 @@
    whenever what a model's source relies on here changes. */
 #ifndef MODELC_KERNEL_H
 #define MODELC_KERNEL_H
-#define MC_KERNEL_ABI 2
+#define MC_KERNEL_ABI 3
 #if !defined(NIN) || !defined(NP) || !defined(NY) || !defined(MC_NEWTON)
 #error "modelc_kernel.h: define NIN, NP, NY and MC_NEWTON before including it"
 #endif
@@ -510,6 +510,26 @@ MC_INLINE void mc_tile24(const real *restrict s, const int64_t ss, real *restric
    that do not start on a cache line, e.g. a host's malloc'd array, 16-byte aligned) is written with
    regular stores by both, never half streamed (that made a host's export call 2.5x slower: the line
    goes back and forth between the cache and the write-combining buffers). */
+#if defined(__AVX__)
+/* n values from s to y: regular stores up to y's first cache-line boundary and after its last whole
+   line, the whole lines between with streaming stores (two 32-byte stores a line) */
+MC_INLINE void mc_stream(real *restrict y, const real *restrict s, const int n) {
+    const int step = 32 / (int)sizeof(real), line = 64 / (int)sizeof(real);
+    int i = 0;
+    for (; i < n && ((uintptr_t)(y + i) & 63); ++i) y[i] = s[i];
+    for (; i + line <= n; i += line) {
+#ifdef MC_FLOAT32
+        _mm256_stream_ps(y + i, _mm256_loadu_ps(s + i));
+        _mm256_stream_ps(y + i + step, _mm256_loadu_ps(s + i + step));
+#else
+        _mm256_stream_pd(y + i, _mm256_loadu_pd(s + i));
+        _mm256_stream_pd(y + i + step, _mm256_loadu_pd(s + i + step));
+#endif
+    }
+    for (; i < n; ++i) y[i] = s[i];
+}
+#endif
+
 MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl,
                         const int nt) {
 #if defined(__AVX__)
@@ -528,19 +548,7 @@ MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict
         for (int l = 0; l < MC_W; ++l)
             for (int c = 0; c < nc; ++c) q[l * nc + c] = s[c * MC_W + l];
 #endif
-        const int tot = MC_W * nc, step = 32 / (int)sizeof(real), line = 64 / (int)sizeof(real);
-        int i = 0;
-        for (; i < tot && ((uintptr_t)(y + i) & 63); ++i) y[i] = q[i];  /* up to the first line boundary */
-        for (; i + line <= tot; i += line) {  /* whole lines, two 32-byte streaming stores each */
-#ifdef MC_FLOAT32
-            _mm256_stream_ps(y + i, _mm256_loadu_ps(q + i));
-            _mm256_stream_ps(y + i + step, _mm256_loadu_ps(q + i + step));
-#else
-            _mm256_stream_pd(y + i, _mm256_loadu_pd(q + i));
-            _mm256_stream_pd(y + i + step, _mm256_loadu_pd(q + i + step));
-#endif
-        }
-        for (; i < tot; ++i) y[i] = q[i];  /* the last, partial line */
+        mc_stream(y, q, MC_W * nc);
         return;
     }
 #else
@@ -651,6 +659,39 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     a->atol = (real)tol;
     a->maxit = (int)r[11];
     a->flags = (int)r[12];
+}
+
+/* a block's status (implicit models): converged flags, iteration counts, residual norms. In a call
+   that streams its outputs, a full block's counts and norms go out as whole cache lines with
+   streaming stores too, and the flags (a byte a point: a line holds the flags of several blocks, so
+   regular stores) have their line fetched for writing a few blocks ahead. Written point by point
+   with regular stores (each line read for ownership when the block gets there) the three arrays
+   cost j2_voce_af's tangent call 4-7 of 44-46 ns a point with its inputs coming from memory; so
+   written, the call is 3-4% faster there (j2_voce_af, perzyna_iso), and j2_voce_af_coupled 8%
+   (benchmarks/results/20261129T020232Z-cpu-status-stores.md). */
+MC_INLINE void mc_store_status(const mc_args *restrict a, const int64_t i0, const int nl, const int *restrict ok,
+                               const int *restrict it, const real *restrict rn) {
+    uint8_t *c = a->conv + i0;
+    int32_t *k = a->iters + i0;
+    if (a->flags & MC_STREAM) __builtin_prefetch(c + 256, 1, 0);  /* never faults, past the end too */
+    for (int l = 0; l < nl; ++l) c[l] = (uint8_t)ok[l];
+#if defined(__AVX__)
+    if ((a->flags & MC_STREAM) && nl == MC_W) {
+        mc_stream(a->rnorm + i0, rn, MC_W);
+        int l = 0;
+        for (; l < MC_W && ((uintptr_t)(k + l) & 63); ++l) k[l] = it[l];
+        for (; l + 16 <= MC_W; l += 16) {  /* whole lines of 16 counts */
+            _mm256_stream_si256((__m256i *)(k + l), _mm256_loadu_si256((const __m256i *)(it + l)));
+            _mm256_stream_si256((__m256i *)(k + l + 8), _mm256_loadu_si256((const __m256i *)(it + l + 8)));
+        }
+        for (; l < MC_W; ++l) k[l] = it[l];
+        return;
+    }
+#endif
+    for (int l = 0; l < nl; ++l) {
+        k[l] = it[l];
+        a->rnorm[i0 + l] = rn[l];
+    }
 }
 
 #endif /* MODELC_KERNEL_H */

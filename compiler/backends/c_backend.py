@@ -799,11 +799,10 @@ class _Stores:
                      f"        for (int k = 0; k < {per_variant(counts)}; ++k)",
                      f"            j[{tab}[k][1] * {width} + {tab}[k][2]] = o_j[{tab}[k][0] * MC_W + l];",
                      "    }"]
-        if self.ok is not None:
-            lane += ["    a->conv[i] = (uint8_t)o_c[l];", "    a->iters[i] = (int32_t)o_it[l];",
-                     "    a->rnorm[i] = o_r[l];"]
         if lane:
             out += ["for (int l = 0; l < nl; ++l) {", "    const int64_t i = i0 + l;"] + lane + ["}"]
+        if self.ok is not None:
+            out.append("mc_store_status(a, i0, nl, o_c, o_it, o_r);")
         return out
 
 

@@ -47,3 +47,27 @@ def test_ab_takes_a_git_revision_and_the_jacobian_calls(tmp_path):
     assert [r["derivatives"] for r in recs] == ["total", "total"]
     assert all(r["ns_per_point"] > 0 for r in recs)
     assert recs[1]["outputs_rel"] < 1e-9 and recs[1]["derivatives_rel"] < 1e-9
+
+
+def test_ab_rotates_input_sets_and_checks_its_arguments():
+    """``sets=3``: each source is bound to three input sets, the calls shuffled among the sources each
+    round and taking the sets in turn (the first set's results are the ones compared); bad ``sets`` or
+    ``ballast_mb`` are a clear error."""
+    calls = []
+    times = c_ab.shuffled_calls([[lambda k=k: calls.append(("a", k)) for k in range(3)],
+                                 [lambda k=k: calls.append(("b", k)) for k in range(3)]], size=10, rounds=6)
+    assert [len(t) for t in times] == [6, 6] and min(min(t) for t in times) > 0
+    assert [k for _, k in calls] == [0, 1, 2] * 4  # consecutive calls on consecutive sets
+    assert sorted(s for s, _ in calls) == ["a"] * 6 + ["b"] * 6
+    assert len({tuple(s for s, _ in calls[2 * r:2 * r + 2]) for r in range(6)}) == 2  # both orders occur
+    before = torch.get_num_threads()
+    try:
+        recs = c_ab.compare("j2_perfect", [48], ["-", "-"], rounds=1, sets=3, ballast_mb=1)
+        with pytest.raises(ValueError, match="sets must be at least 1"):
+            c_ab.compare("j2_perfect", [48], ["-"], sets=0)
+    finally:
+        torch.set_num_threads(before)
+    assert recs[1]["identical"] and all(r["ns_per_point"] > 0 and r["median_ns_per_point"] >= r["ns_per_point"]
+                                        for r in recs)
+    with pytest.raises(SystemExit):
+        c_ab.main(["j2_perfect", "-", "--ballast", "-1"])
