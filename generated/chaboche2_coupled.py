@@ -564,7 +564,8 @@ def _torch_newton_1(
         nt1_scaled8 = (nt1_scaled7 & (torch.abs(nt1_r_16) <= (nt1_rtol * torch.where((3e+38 - ncse_438) > 0.0, ncse_438, 0.0))) & (torch.abs(nt1_r_17) <= (nt1_rtol * torch.where((3e+38 - ncse_439) > 0.0, ncse_439, 0.0))))
         nt1_scaled9 = (nt1_scaled8 & (torch.abs(nt1_r_18) <= (nt1_rtol * torch.where((3e+38 - ncse_440) > 0.0, ncse_440, 0.0))))
         chaboche2_return_map_converged = chaboche2_return_map_converged | (nt1_scaled9 | (chaboche2_return_map_residual_norm <= nt1_atol))
-        if it1 == maxit1 or bool(chaboche2_return_map_converged.all()):
+        go1 = ~chaboche2_return_map_converged & (chaboche2_return_map_residual_norm < float("inf"))
+        if it1 == maxit1 or not bool(go1.any()):
             break
         nt1_A = _matrix([
             [(1.0 + (ncse_97 * (-ncse_87 - ncse_95))), ncse_104, ncse_108, ncse_113, ncse_114, ncse_115, (-0.408248290463863 * ncse_117 * ncse_119), ncse_122, ncse_124, ncse_126, ncse_129, ncse_130, ncse_131, ncse_122, ncse_124, ncse_126, ncse_129, ncse_130, ncse_131],
@@ -629,26 +630,26 @@ def _torch_newton_1(
         nt1_du_16 = nt1_X[:, 16, 0]
         nt1_du_17 = nt1_X[:, 17, 0]
         nt1_du_18 = nt1_X[:, 18, 0]
-        state_internal_Ep_0 = torch.where(chaboche2_return_map_converged, state_internal_Ep_0, state_internal_Ep_0 + nt1_du_0)
-        state_internal_Ep_1 = torch.where(chaboche2_return_map_converged, state_internal_Ep_1, state_internal_Ep_1 + nt1_du_1)
-        state_internal_Ep_2 = torch.where(chaboche2_return_map_converged, state_internal_Ep_2, state_internal_Ep_2 + nt1_du_2)
-        state_internal_Ep_3 = torch.where(chaboche2_return_map_converged, state_internal_Ep_3, state_internal_Ep_3 + nt1_du_3)
-        state_internal_Ep_4 = torch.where(chaboche2_return_map_converged, state_internal_Ep_4, state_internal_Ep_4 + nt1_du_4)
-        state_internal_Ep_5 = torch.where(chaboche2_return_map_converged, state_internal_Ep_5, state_internal_Ep_5 + nt1_du_5)
-        state_internal_ep = torch.where(chaboche2_return_map_converged, state_internal_ep, state_internal_ep + nt1_du_6)
-        state_internal_X1_0 = torch.where(chaboche2_return_map_converged, state_internal_X1_0, state_internal_X1_0 + nt1_du_7)
-        state_internal_X1_1 = torch.where(chaboche2_return_map_converged, state_internal_X1_1, state_internal_X1_1 + nt1_du_8)
-        state_internal_X1_2 = torch.where(chaboche2_return_map_converged, state_internal_X1_2, state_internal_X1_2 + nt1_du_9)
-        state_internal_X1_3 = torch.where(chaboche2_return_map_converged, state_internal_X1_3, state_internal_X1_3 + nt1_du_10)
-        state_internal_X1_4 = torch.where(chaboche2_return_map_converged, state_internal_X1_4, state_internal_X1_4 + nt1_du_11)
-        state_internal_X1_5 = torch.where(chaboche2_return_map_converged, state_internal_X1_5, state_internal_X1_5 + nt1_du_12)
-        state_internal_X2_0 = torch.where(chaboche2_return_map_converged, state_internal_X2_0, state_internal_X2_0 + nt1_du_13)
-        state_internal_X2_1 = torch.where(chaboche2_return_map_converged, state_internal_X2_1, state_internal_X2_1 + nt1_du_14)
-        state_internal_X2_2 = torch.where(chaboche2_return_map_converged, state_internal_X2_2, state_internal_X2_2 + nt1_du_15)
-        state_internal_X2_3 = torch.where(chaboche2_return_map_converged, state_internal_X2_3, state_internal_X2_3 + nt1_du_16)
-        state_internal_X2_4 = torch.where(chaboche2_return_map_converged, state_internal_X2_4, state_internal_X2_4 + nt1_du_17)
-        state_internal_X2_5 = torch.where(chaboche2_return_map_converged, state_internal_X2_5, state_internal_X2_5 + nt1_du_18)
-        chaboche2_return_map_iterations = chaboche2_return_map_iterations + (~chaboche2_return_map_converged).to(torch.int32)
+        state_internal_Ep_0 = torch.where(go1, state_internal_Ep_0 + nt1_du_0, state_internal_Ep_0)
+        state_internal_Ep_1 = torch.where(go1, state_internal_Ep_1 + nt1_du_1, state_internal_Ep_1)
+        state_internal_Ep_2 = torch.where(go1, state_internal_Ep_2 + nt1_du_2, state_internal_Ep_2)
+        state_internal_Ep_3 = torch.where(go1, state_internal_Ep_3 + nt1_du_3, state_internal_Ep_3)
+        state_internal_Ep_4 = torch.where(go1, state_internal_Ep_4 + nt1_du_4, state_internal_Ep_4)
+        state_internal_Ep_5 = torch.where(go1, state_internal_Ep_5 + nt1_du_5, state_internal_Ep_5)
+        state_internal_ep = torch.where(go1, state_internal_ep + nt1_du_6, state_internal_ep)
+        state_internal_X1_0 = torch.where(go1, state_internal_X1_0 + nt1_du_7, state_internal_X1_0)
+        state_internal_X1_1 = torch.where(go1, state_internal_X1_1 + nt1_du_8, state_internal_X1_1)
+        state_internal_X1_2 = torch.where(go1, state_internal_X1_2 + nt1_du_9, state_internal_X1_2)
+        state_internal_X1_3 = torch.where(go1, state_internal_X1_3 + nt1_du_10, state_internal_X1_3)
+        state_internal_X1_4 = torch.where(go1, state_internal_X1_4 + nt1_du_11, state_internal_X1_4)
+        state_internal_X1_5 = torch.where(go1, state_internal_X1_5 + nt1_du_12, state_internal_X1_5)
+        state_internal_X2_0 = torch.where(go1, state_internal_X2_0 + nt1_du_13, state_internal_X2_0)
+        state_internal_X2_1 = torch.where(go1, state_internal_X2_1 + nt1_du_14, state_internal_X2_1)
+        state_internal_X2_2 = torch.where(go1, state_internal_X2_2 + nt1_du_15, state_internal_X2_2)
+        state_internal_X2_3 = torch.where(go1, state_internal_X2_3 + nt1_du_16, state_internal_X2_3)
+        state_internal_X2_4 = torch.where(go1, state_internal_X2_4 + nt1_du_17, state_internal_X2_4)
+        state_internal_X2_5 = torch.where(go1, state_internal_X2_5 + nt1_du_18, state_internal_X2_5)
+        chaboche2_return_map_iterations = chaboche2_return_map_iterations + go1.to(torch.int32)
     return (
         state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
         state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X1_0,
@@ -7729,7 +7730,7 @@ if triton is not None:
             nt1_scaled8 = (nt1_scaled7 & (tl.abs(nt1_r_16) <= (nt1_rtol * tl.where((K13 - ncse_438) > 0.0, ncse_438, K8))) & (tl.abs(nt1_r_17) <= (nt1_rtol * tl.where((K13 - ncse_439) > 0.0, ncse_439, K8))))
             nt1_scaled9 = (nt1_scaled8 & (tl.abs(nt1_r_18) <= (nt1_rtol * tl.where((K13 - ncse_440) > 0.0, ncse_440, K8))))
             chaboche2_return_map_converged = chaboche2_return_map_converged | (nt1_scaled9 | (chaboche2_return_map_residual_norm <= nt1_atol))
-            update1 = (~chaboche2_return_map_converged) & (it1 < maxit1)
+            update1 = (~chaboche2_return_map_converged) & (it1 < maxit1) & (chaboche2_return_map_residual_norm < float("inf"))
             nt1_1 = (K2 + (ncse_97 * (-ncse_87 - ncse_95)))
             nt1_2 = (-K10 * ncse_117 * ncse_119)
             nt1_3 = (K2 + (ncse_97 * (-ncse_134 - ncse_135)))
@@ -10858,7 +10859,7 @@ MC_INLINE void newton_1_iterate(
         const int mc_was = mc_act[l];
         v_chaboche2_return_map_converged[l] = mc_was ? nt1_ok : v_chaboche2_return_map_converged[l];
         v_chaboche2_return_map_residual_norm[l] = mc_was ? chaboche2_return_map_residual_norm : v_chaboche2_return_map_residual_norm[l];
-        const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit);
+        const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit) & (chaboche2_return_map_residual_norm < MC_INF);
         mc_act[l] = mc_go;
         const real nt1_1 = (((real)1.0) + (ncse_97 * (-ncse_87 - ncse_95)));
         const real nt1_2 = (-((real)0.408248290463863) * ncse_117 * ncse_119);
@@ -18332,7 +18333,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     MC_LANES mc_bad |= mc_z[l] != mc_z[l];
     if (mc_bad) {
         for (int k = 0; k < 25 * MC_W; ++k) o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];
-        for (int k = 0; k < 950 * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
+        for (int k = 0; k < (V == 2 ? 36 : V == 4 ? 675 : V == 8 ? 950 : 0) * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
         MC_LANES o_c[l] = mc_z[l] != mc_z[l] ? 0 : o_c[l];
     }
     mc_store(a->y + i0 * a->ys, a->ys, o_y, 25, nl, a->flags & MC_STREAM);

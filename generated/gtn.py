@@ -251,7 +251,8 @@ def _torch_newton_1(
         nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * torch.where((3e+38 - ncse_156) > 0.0, ncse_156, 0.0))) & (torch.abs(nt1_r_7) <= (nt1_rtol * torch.where((3e+38 - ncse_160) > 0.0, ncse_160, 0.0))))
         nt1_scaled4 = (nt1_scaled3 & (torch.abs(nt1_r_8) <= (nt1_rtol * torch.where((3e+38 - ncse_161) > 0.0, (1.0 + ncse_161), 0.0))))
         gtn_return_map_converged = gtn_return_map_converged | (nt1_scaled4 | (gtn_return_map_residual_norm <= nt1_atol))
-        if it1 == maxit1 or bool(gtn_return_map_converged.all()):
+        go1 = ~gtn_return_map_converged & (gtn_return_map_residual_norm < float("inf"))
+        if it1 == maxit1 or not bool(go1.any()):
             break
         nt1_A = _matrix([
             [ncse_75, ncse_77, ncse_77, 0.0, 0.0, 0.0, (ncse_80 * ncse_81), ncse_85, (ncse_28 * ncse_73)],
@@ -286,16 +287,16 @@ def _torch_newton_1(
         nt1_du_6 = nt1_X[:, 6, 0]
         nt1_du_7 = nt1_X[:, 7, 0]
         nt1_du_8 = nt1_X[:, 8, 0]
-        state_internal_Ep_0 = torch.where(gtn_return_map_converged, state_internal_Ep_0, state_internal_Ep_0 + nt1_du_0)
-        state_internal_Ep_1 = torch.where(gtn_return_map_converged, state_internal_Ep_1, state_internal_Ep_1 + nt1_du_1)
-        state_internal_Ep_2 = torch.where(gtn_return_map_converged, state_internal_Ep_2, state_internal_Ep_2 + nt1_du_2)
-        state_internal_Ep_3 = torch.where(gtn_return_map_converged, state_internal_Ep_3, state_internal_Ep_3 + nt1_du_3)
-        state_internal_Ep_4 = torch.where(gtn_return_map_converged, state_internal_Ep_4, state_internal_Ep_4 + nt1_du_4)
-        state_internal_Ep_5 = torch.where(gtn_return_map_converged, state_internal_Ep_5, state_internal_Ep_5 + nt1_du_5)
-        state_internal_ep = torch.where(gtn_return_map_converged, state_internal_ep, state_internal_ep + nt1_du_6)
-        state_internal_phi = torch.where(gtn_return_map_converged, state_internal_phi, state_internal_phi + nt1_du_7)
-        state_internal_gamma_rate = torch.where(gtn_return_map_converged, state_internal_gamma_rate, state_internal_gamma_rate + nt1_du_8)
-        gtn_return_map_iterations = gtn_return_map_iterations + (~gtn_return_map_converged).to(torch.int32)
+        state_internal_Ep_0 = torch.where(go1, state_internal_Ep_0 + nt1_du_0, state_internal_Ep_0)
+        state_internal_Ep_1 = torch.where(go1, state_internal_Ep_1 + nt1_du_1, state_internal_Ep_1)
+        state_internal_Ep_2 = torch.where(go1, state_internal_Ep_2 + nt1_du_2, state_internal_Ep_2)
+        state_internal_Ep_3 = torch.where(go1, state_internal_Ep_3 + nt1_du_3, state_internal_Ep_3)
+        state_internal_Ep_4 = torch.where(go1, state_internal_Ep_4 + nt1_du_4, state_internal_Ep_4)
+        state_internal_Ep_5 = torch.where(go1, state_internal_Ep_5 + nt1_du_5, state_internal_Ep_5)
+        state_internal_ep = torch.where(go1, state_internal_ep + nt1_du_6, state_internal_ep)
+        state_internal_phi = torch.where(go1, state_internal_phi + nt1_du_7, state_internal_phi)
+        state_internal_gamma_rate = torch.where(go1, state_internal_gamma_rate + nt1_du_8, state_internal_gamma_rate)
+        gtn_return_map_iterations = gtn_return_map_iterations + go1.to(torch.int32)
     return (
         state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
         state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_phi,
@@ -2005,7 +2006,7 @@ if triton is not None:
             nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * tl.where((K12 - ncse_156) > 0.0, ncse_156, K0))) & (tl.abs(nt1_r_7) <= (nt1_rtol * tl.where((K12 - ncse_160) > 0.0, ncse_160, K0))))
             nt1_scaled4 = (nt1_scaled3 & (tl.abs(nt1_r_8) <= (nt1_rtol * tl.where((K12 - ncse_161) > 0.0, (K2 + ncse_161), K0))))
             gtn_return_map_converged = gtn_return_map_converged | (nt1_scaled4 | (gtn_return_map_residual_norm <= nt1_atol))
-            update1 = (~gtn_return_map_converged) & (it1 < maxit1)
+            update1 = (~gtn_return_map_converged) & (it1 < maxit1) & (gtn_return_map_residual_norm < float("inf"))
             nt1_1 = (ncse_80 * ncse_81)
             nt1_2 = (ncse_28 * ncse_73)
             nt1_3 = (ncse_81 * ncse_87)
@@ -3328,7 +3329,7 @@ MC_INLINE void newton_1_iterate(
         const int mc_was = mc_act[l];
         v_gtn_return_map_converged[l] = mc_was ? nt1_ok : v_gtn_return_map_converged[l];
         v_gtn_return_map_residual_norm[l] = mc_was ? gtn_return_map_residual_norm : v_gtn_return_map_residual_norm[l];
-        const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit);
+        const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit) & (gtn_return_map_residual_norm < MC_INF);
         mc_act[l] = mc_go;
         const real nt1_1 = (ncse_80 * ncse_81);
         const real nt1_2 = (ncse_28 * ncse_73);
@@ -5417,7 +5418,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     MC_LANES mc_bad |= mc_z[l] != mc_z[l];
     if (mc_bad) {
         for (int k = 0; k < 15 * MC_W; ++k) o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];
-        for (int k = 0; k < 345 * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
+        for (int k = 0; k < (V == 2 ? 36 : V == 4 ? 240 : V == 8 ? 345 : 0) * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
         MC_LANES o_c[l] = mc_z[l] != mc_z[l] ? 0 : o_c[l];
     }
     mc_store(a->y + i0 * a->ys, a->ys, o_y, 15, nl, a->flags & MC_STREAM);

@@ -1970,7 +1970,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     MC_LANES mc_bad |= mc_z[l] != mc_z[l];
     if (mc_bad) {
         for (int k = 0; k < 14 * MC_W; ++k) o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];
-        for (int k = 0; k < 240 * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
+        for (int k = 0; k < (V == 2 ? 36 : V == 4 ? 184 : V == 8 ? 240 : 0) * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
     }
     mc_store(a->y + i0 * a->ys, a->ys, o_y, 14, nl, a->flags & MC_STREAM);
     if (V == 2) mc_store(a->j + i0 * a->js, a->js, o_j, 36, nl, a->flags & MC_STREAM);

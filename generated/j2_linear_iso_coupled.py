@@ -204,7 +204,8 @@ def _torch_newton_1(
         nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * torch.where((3e+38 - ncse_116) > 0.0, ncse_116, 0.0))) & (torch.abs(nt1_r_5) <= (nt1_rtol * torch.where((3e+38 - ncse_118) > 0.0, ncse_118, 0.0))))
         nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * torch.where((3e+38 - ncse_120) > 0.0, ncse_120, 0.0))) & (torch.abs(nt1_r_7) <= (nt1_rtol * torch.where((3e+38 - ncse_121) > 0.0, ncse_121, 0.0))))
         j2_linear_iso_return_map_converged = j2_linear_iso_return_map_converged | (nt1_scaled3 | (j2_linear_iso_return_map_residual_norm <= nt1_atol))
-        if it1 == maxit1 or bool(j2_linear_iso_return_map_converged.all()):
+        go1 = ~j2_linear_iso_return_map_converged & (j2_linear_iso_return_map_residual_norm < float("inf"))
+        if it1 == maxit1 or not bool(go1.any()):
             break
         nt1_A = _matrix([
             [(1.0 - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_12 * ncse_12))))), ncse_52, ncse_53, ncse_58, ncse_60, ncse_61, 0.0, (ncse_32 * ncse_55)],
@@ -236,15 +237,15 @@ def _torch_newton_1(
         nt1_du_5 = nt1_X[:, 5, 0]
         nt1_du_6 = nt1_X[:, 6, 0]
         nt1_du_7 = nt1_X[:, 7, 0]
-        state_internal_Ep_0 = torch.where(j2_linear_iso_return_map_converged, state_internal_Ep_0, state_internal_Ep_0 + nt1_du_0)
-        state_internal_Ep_1 = torch.where(j2_linear_iso_return_map_converged, state_internal_Ep_1, state_internal_Ep_1 + nt1_du_1)
-        state_internal_Ep_2 = torch.where(j2_linear_iso_return_map_converged, state_internal_Ep_2, state_internal_Ep_2 + nt1_du_2)
-        state_internal_Ep_3 = torch.where(j2_linear_iso_return_map_converged, state_internal_Ep_3, state_internal_Ep_3 + nt1_du_3)
-        state_internal_Ep_4 = torch.where(j2_linear_iso_return_map_converged, state_internal_Ep_4, state_internal_Ep_4 + nt1_du_4)
-        state_internal_Ep_5 = torch.where(j2_linear_iso_return_map_converged, state_internal_Ep_5, state_internal_Ep_5 + nt1_du_5)
-        state_internal_ep = torch.where(j2_linear_iso_return_map_converged, state_internal_ep, state_internal_ep + nt1_du_6)
-        state_internal_gamma_rate = torch.where(j2_linear_iso_return_map_converged, state_internal_gamma_rate, state_internal_gamma_rate + nt1_du_7)
-        j2_linear_iso_return_map_iterations = j2_linear_iso_return_map_iterations + (~j2_linear_iso_return_map_converged).to(torch.int32)
+        state_internal_Ep_0 = torch.where(go1, state_internal_Ep_0 + nt1_du_0, state_internal_Ep_0)
+        state_internal_Ep_1 = torch.where(go1, state_internal_Ep_1 + nt1_du_1, state_internal_Ep_1)
+        state_internal_Ep_2 = torch.where(go1, state_internal_Ep_2 + nt1_du_2, state_internal_Ep_2)
+        state_internal_Ep_3 = torch.where(go1, state_internal_Ep_3 + nt1_du_3, state_internal_Ep_3)
+        state_internal_Ep_4 = torch.where(go1, state_internal_Ep_4 + nt1_du_4, state_internal_Ep_4)
+        state_internal_Ep_5 = torch.where(go1, state_internal_Ep_5 + nt1_du_5, state_internal_Ep_5)
+        state_internal_ep = torch.where(go1, state_internal_ep + nt1_du_6, state_internal_ep)
+        state_internal_gamma_rate = torch.where(go1, state_internal_gamma_rate + nt1_du_7, state_internal_gamma_rate)
+        j2_linear_iso_return_map_iterations = j2_linear_iso_return_map_iterations + go1.to(torch.int32)
     return (
         state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
         state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_gamma_rate,
@@ -1569,7 +1570,7 @@ if triton is not None:
             nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * tl.where((K11 - ncse_116) > 0.0, ncse_116, K8))) & (tl.abs(nt1_r_5) <= (nt1_rtol * tl.where((K11 - ncse_118) > 0.0, ncse_118, K8))))
             nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * tl.where((K11 - ncse_120) > 0.0, ncse_120, K8))) & (tl.abs(nt1_r_7) <= (nt1_rtol * tl.where((K11 - ncse_121) > 0.0, ncse_121, K8))))
             j2_linear_iso_return_map_converged = j2_linear_iso_return_map_converged | (nt1_scaled3 | (j2_linear_iso_return_map_residual_norm <= nt1_atol))
-            update1 = (~j2_linear_iso_return_map_converged) & (it1 < maxit1)
+            update1 = (~j2_linear_iso_return_map_converged) & (it1 < maxit1) & (j2_linear_iso_return_map_residual_norm < float("inf"))
             nt1_1 = (K1 - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_12 * ncse_12)))))
             nt1_2 = (ncse_32 * ncse_55)
             nt1_3 = (K1 - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_34 * ncse_34)))))
@@ -2580,7 +2581,7 @@ MC_INLINE void newton_1_iterate(
         const int mc_was = mc_act[l];
         v_j2_linear_iso_return_map_converged[l] = mc_was ? nt1_ok : v_j2_linear_iso_return_map_converged[l];
         v_j2_linear_iso_return_map_residual_norm[l] = mc_was ? j2_linear_iso_return_map_residual_norm : v_j2_linear_iso_return_map_residual_norm[l];
-        const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit);
+        const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit) & (j2_linear_iso_return_map_residual_norm < MC_INF);
         mc_act[l] = mc_go;
         const real nt1_1 = (((real)1.0) - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_12 * ncse_12)))));
         const real nt1_2 = (ncse_32 * ncse_55);
@@ -4197,7 +4198,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     MC_LANES mc_bad |= mc_z[l] != mc_z[l];
     if (mc_bad) {
         for (int k = 0; k < 14 * MC_W; ++k) o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];
-        for (int k = 0; k < 266 * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
+        for (int k = 0; k < (V == 2 ? 36 : V == 4 ? 210 : V == 8 ? 266 : 0) * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
         MC_LANES o_c[l] = mc_z[l] != mc_z[l] ? 0 : o_c[l];
     }
     mc_store(a->y + i0 * a->ys, a->ys, o_y, 14, nl, a->flags & MC_STREAM);

@@ -102,15 +102,16 @@ def _torch_newton_1(
         if it1 == 0:
             nt1_rnorm0 = j2_voce_af_radial_return_solve_residual_norm
         j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | (torch.abs(nt1_r_0) <= (nt1_rtol * torch.where((3e+38 - ncse_32 - (ncse_30 * ncse_31)) > 0.0, (ncse_32 + (ncse_30 * ncse_31)), 0.0))))
-        if it1 == maxit1 or bool(j2_voce_af_radial_return_solve_converged.all()):
+        go1 = ~j2_voce_af_radial_return_solve_converged & (j2_voce_af_radial_return_solve_residual_norm < float("inf"))
+        if it1 == maxit1 or not bool(go1.any()):
             break
         nt1_1 = ((p_E * ncse_28) + ((1.0 - ncse_28) * (ncse_8 + (p_g * ncse_29 * (-(ncse_5 * state_internal_dgamma) - (((2.0 * ncse_10 * old_state_internal_X_4) + (2.0 * ncse_11 * old_state_internal_X_5) + (2.0 * ncse_14 * ncse_17) + (2.0 * ncse_19 * ncse_21) + (2.0 * ncse_22 * ncse_23) + (2.0 * ncse_9 * old_state_internal_X_3)) * _sdiv(1.0, (2.0 * ncse_24))))) + (0.6666666666666666 * p_R * p_d * ncse_26))))
         nt1_2 = (1.0 / nt1_1)
         nt1_3 = (-nt1_r_0)
         nt1_4 = (nt1_3 * nt1_2)
         nt1_du_0 = nt1_4
-        state_internal_dgamma = torch.where(j2_voce_af_radial_return_solve_converged, state_internal_dgamma, state_internal_dgamma + nt1_du_0)
-        j2_voce_af_radial_return_solve_iterations = j2_voce_af_radial_return_solve_iterations + (~j2_voce_af_radial_return_solve_converged).to(torch.int32)
+        state_internal_dgamma = torch.where(go1, state_internal_dgamma + nt1_du_0, state_internal_dgamma)
+        j2_voce_af_radial_return_solve_iterations = j2_voce_af_radial_return_solve_iterations + go1.to(torch.int32)
     return (
         state_internal_dgamma, j2_voce_af_radial_return_solve_converged,
         j2_voce_af_radial_return_solve_iterations, j2_voce_af_radial_return_solve_residual_norm)
@@ -1487,7 +1488,7 @@ if triton is not None:
             j2_voce_af_radial_return_solve_residual_norm = tl.abs(nt1_r_0)
             nt1_rnorm0 = tl.where(it1 == 0, j2_voce_af_radial_return_solve_residual_norm, nt1_rnorm0)
             j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | (tl.abs(nt1_r_0) <= (nt1_rtol * tl.where((K7 - ncse_32 - (ncse_30 * ncse_31)) > 0.0, (ncse_32 + (ncse_30 * ncse_31)), K0))))
-            update1 = (~j2_voce_af_radial_return_solve_converged) & (it1 < maxit1)
+            update1 = (~j2_voce_af_radial_return_solve_converged) & (it1 < maxit1) & (j2_voce_af_radial_return_solve_residual_norm < float("inf"))
             nt1_1 = ((p_E * ncse_28) + ((K2 - ncse_28) * (ncse_8 + (p_g * ncse_29 * (-(ncse_5 * state_internal_dgamma) - (((K4 * ncse_10 * old_state_internal_X_4) + (K4 * ncse_11 * old_state_internal_X_5) + (K4 * ncse_14 * ncse_17) + (K4 * ncse_19 * ncse_21) + (K4 * ncse_22 * ncse_23) + (K4 * ncse_9 * old_state_internal_X_3)) * _mc_sdiv(K2, (K4 * ncse_24))))) + (K3 * p_R * p_d * ncse_26))))
             nt1_2 = (K2 / nt1_1)
             nt1_3 = (-nt1_r_0)
@@ -3024,7 +3025,7 @@ static void newton_1(
         const int mc_was = mc_act[l];
         v_j2_voce_af_radial_return_solve_converged[l] = mc_was ? nt1_ok : v_j2_voce_af_radial_return_solve_converged[l];
         v_j2_voce_af_radial_return_solve_residual_norm[l] = mc_was ? j2_voce_af_radial_return_solve_residual_norm : v_j2_voce_af_radial_return_solve_residual_norm[l];
-        const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit);
+        const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit) & (j2_voce_af_radial_return_solve_residual_norm < MC_INF);
         mc_act[l] = mc_go;
         const real nt1_1 = ((p_E * ncse_28) + ((((real)1.0) - ncse_28) * (ncse_8 + (p_g * ncse_29 * (-(ncse_5 * state_internal_dgamma) - (((((real)2.0) * ncse_10 * old_state_internal_X_4) + (((real)2.0) * ncse_11 * old_state_internal_X_5) + (((real)2.0) * ncse_14 * ncse_17) + (((real)2.0) * ncse_19 * ncse_21) + (((real)2.0) * ncse_22 * ncse_23) + (((real)2.0) * ncse_9 * old_state_internal_X_3)) * mc_sdiv(((real)1.0), (((real)2.0) * ncse_24))))) + (((real)0.6666666666666666) * p_R * p_d * ncse_26))));
         const real nt1_2 = (((real)1.0) / nt1_1);
@@ -4377,7 +4378,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     MC_LANES mc_bad |= mc_z[l] != mc_z[l];
     if (mc_bad) {
         for (int k = 0; k < 20 * MC_W; ++k) o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];
-        for (int k = 0; k < 522 * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
+        for (int k = 0; k < (V == 2 ? 36 : V == 4 ? 382 : V == 8 ? 522 : 0) * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
         MC_LANES o_c[l] = mc_z[l] != mc_z[l] ? 0 : o_c[l];
     }
     mc_store(a->y + i0 * a->ys, a->ys, o_y, 20, nl, a->flags & MC_STREAM);

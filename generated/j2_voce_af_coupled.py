@@ -332,7 +332,8 @@ def _torch_newton_1(
         nt1_scaled5 = (nt1_scaled4 & (torch.abs(nt1_r_10) <= (nt1_rtol * torch.where((3e+38 - ncse_229) > 0.0, ncse_229, 0.0))) & (torch.abs(nt1_r_11) <= (nt1_rtol * torch.where((3e+38 - ncse_230) > 0.0, ncse_230, 0.0))))
         nt1_scaled6 = (nt1_scaled5 & (torch.abs(nt1_r_12) <= (nt1_rtol * torch.where((3e+38 - ncse_231) > 0.0, ncse_231, 0.0))) & (torch.abs(nt1_r_13) <= (nt1_rtol * torch.where((3e+38 - ncse_232) > 0.0, ncse_232, 0.0))))
         j2_voce_af_return_map_converged = j2_voce_af_return_map_converged | (nt1_scaled6 | (j2_voce_af_return_map_residual_norm <= nt1_atol))
-        if it1 == maxit1 or bool(j2_voce_af_return_map_converged.all()):
+        go1 = ~j2_voce_af_return_map_converged & (j2_voce_af_return_map_residual_norm < float("inf"))
+        if it1 == maxit1 or not bool(go1.any()):
             break
         nt1_A = _matrix([
             [(1.0 - (ncse_63 * ncse_66)), ncse_71, ncse_74, ncse_77, ncse_78, ncse_79, 0.0, (ncse_62 * ncse_65), ncse_80, ncse_81, ncse_84, ncse_85, ncse_86, (ncse_16 * ncse_88)],
@@ -382,21 +383,21 @@ def _torch_newton_1(
         nt1_du_11 = nt1_X[:, 11, 0]
         nt1_du_12 = nt1_X[:, 12, 0]
         nt1_du_13 = nt1_X[:, 13, 0]
-        state_internal_Ep_0 = torch.where(j2_voce_af_return_map_converged, state_internal_Ep_0, state_internal_Ep_0 + nt1_du_0)
-        state_internal_Ep_1 = torch.where(j2_voce_af_return_map_converged, state_internal_Ep_1, state_internal_Ep_1 + nt1_du_1)
-        state_internal_Ep_2 = torch.where(j2_voce_af_return_map_converged, state_internal_Ep_2, state_internal_Ep_2 + nt1_du_2)
-        state_internal_Ep_3 = torch.where(j2_voce_af_return_map_converged, state_internal_Ep_3, state_internal_Ep_3 + nt1_du_3)
-        state_internal_Ep_4 = torch.where(j2_voce_af_return_map_converged, state_internal_Ep_4, state_internal_Ep_4 + nt1_du_4)
-        state_internal_Ep_5 = torch.where(j2_voce_af_return_map_converged, state_internal_Ep_5, state_internal_Ep_5 + nt1_du_5)
-        state_internal_ep = torch.where(j2_voce_af_return_map_converged, state_internal_ep, state_internal_ep + nt1_du_6)
-        state_internal_X_0 = torch.where(j2_voce_af_return_map_converged, state_internal_X_0, state_internal_X_0 + nt1_du_7)
-        state_internal_X_1 = torch.where(j2_voce_af_return_map_converged, state_internal_X_1, state_internal_X_1 + nt1_du_8)
-        state_internal_X_2 = torch.where(j2_voce_af_return_map_converged, state_internal_X_2, state_internal_X_2 + nt1_du_9)
-        state_internal_X_3 = torch.where(j2_voce_af_return_map_converged, state_internal_X_3, state_internal_X_3 + nt1_du_10)
-        state_internal_X_4 = torch.where(j2_voce_af_return_map_converged, state_internal_X_4, state_internal_X_4 + nt1_du_11)
-        state_internal_X_5 = torch.where(j2_voce_af_return_map_converged, state_internal_X_5, state_internal_X_5 + nt1_du_12)
-        state_internal_gamma_rate = torch.where(j2_voce_af_return_map_converged, state_internal_gamma_rate, state_internal_gamma_rate + nt1_du_13)
-        j2_voce_af_return_map_iterations = j2_voce_af_return_map_iterations + (~j2_voce_af_return_map_converged).to(torch.int32)
+        state_internal_Ep_0 = torch.where(go1, state_internal_Ep_0 + nt1_du_0, state_internal_Ep_0)
+        state_internal_Ep_1 = torch.where(go1, state_internal_Ep_1 + nt1_du_1, state_internal_Ep_1)
+        state_internal_Ep_2 = torch.where(go1, state_internal_Ep_2 + nt1_du_2, state_internal_Ep_2)
+        state_internal_Ep_3 = torch.where(go1, state_internal_Ep_3 + nt1_du_3, state_internal_Ep_3)
+        state_internal_Ep_4 = torch.where(go1, state_internal_Ep_4 + nt1_du_4, state_internal_Ep_4)
+        state_internal_Ep_5 = torch.where(go1, state_internal_Ep_5 + nt1_du_5, state_internal_Ep_5)
+        state_internal_ep = torch.where(go1, state_internal_ep + nt1_du_6, state_internal_ep)
+        state_internal_X_0 = torch.where(go1, state_internal_X_0 + nt1_du_7, state_internal_X_0)
+        state_internal_X_1 = torch.where(go1, state_internal_X_1 + nt1_du_8, state_internal_X_1)
+        state_internal_X_2 = torch.where(go1, state_internal_X_2 + nt1_du_9, state_internal_X_2)
+        state_internal_X_3 = torch.where(go1, state_internal_X_3 + nt1_du_10, state_internal_X_3)
+        state_internal_X_4 = torch.where(go1, state_internal_X_4 + nt1_du_11, state_internal_X_4)
+        state_internal_X_5 = torch.where(go1, state_internal_X_5 + nt1_du_12, state_internal_X_5)
+        state_internal_gamma_rate = torch.where(go1, state_internal_gamma_rate + nt1_du_13, state_internal_gamma_rate)
+        j2_voce_af_return_map_iterations = j2_voce_af_return_map_iterations + go1.to(torch.int32)
     return (
         state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
         state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X_0,
@@ -3810,7 +3811,7 @@ if triton is not None:
             nt1_scaled5 = (nt1_scaled4 & (tl.abs(nt1_r_10) <= (nt1_rtol * tl.where((K12 - ncse_229) > 0.0, ncse_229, K7))) & (tl.abs(nt1_r_11) <= (nt1_rtol * tl.where((K12 - ncse_230) > 0.0, ncse_230, K7))))
             nt1_scaled6 = (nt1_scaled5 & (tl.abs(nt1_r_12) <= (nt1_rtol * tl.where((K12 - ncse_231) > 0.0, ncse_231, K7))) & (tl.abs(nt1_r_13) <= (nt1_rtol * tl.where((K12 - ncse_232) > 0.0, ncse_232, K7))))
             j2_voce_af_return_map_converged = j2_voce_af_return_map_converged | (nt1_scaled6 | (j2_voce_af_return_map_residual_norm <= nt1_atol))
-            update1 = (~j2_voce_af_return_map_converged) & (it1 < maxit1)
+            update1 = (~j2_voce_af_return_map_converged) & (it1 < maxit1) & (j2_voce_af_return_map_residual_norm < float("inf"))
             nt1_1 = (K1 - (ncse_63 * ncse_66))
             nt1_2 = (ncse_62 * ncse_65)
             nt1_3 = (ncse_16 * ncse_88)
@@ -5614,7 +5615,7 @@ MC_INLINE void newton_1_iterate(
         const int mc_was = mc_act[l];
         v_j2_voce_af_return_map_converged[l] = mc_was ? nt1_ok : v_j2_voce_af_return_map_converged[l];
         v_j2_voce_af_return_map_residual_norm[l] = mc_was ? j2_voce_af_return_map_residual_norm : v_j2_voce_af_return_map_residual_norm[l];
-        const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit);
+        const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit) & (j2_voce_af_return_map_residual_norm < MC_INF);
         mc_act[l] = mc_go;
         const real nt1_1 = (((real)1.0) - (ncse_63 * ncse_66));
         const real nt1_2 = (ncse_62 * ncse_65);
@@ -9477,7 +9478,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     MC_LANES mc_bad |= mc_z[l] != mc_z[l];
     if (mc_bad) {
         for (int k = 0; k < 20 * MC_W; ++k) o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];
-        for (int k = 0; k < 560 * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
+        for (int k = 0; k < (V == 2 ? 36 : V == 4 ? 420 : V == 8 ? 560 : 0) * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
         MC_LANES o_c[l] = mc_z[l] != mc_z[l] ? 0 : o_c[l];
     }
     mc_store(a->y + i0 * a->ys, a->ys, o_y, 20, nl, a->flags & MC_STREAM);

@@ -83,7 +83,8 @@ def _torch_newton_1(
         if it1 == 0:
             nt1_rnorm0 = norton_radial_return_solve_residual_norm
         norton_radial_return_solve_converged = norton_radial_return_solve_converged | ((norton_radial_return_solve_residual_norm <= nt1_atol) | (torch.abs(nt1_r_0) <= (nt1_rtol * torch.where((3e+38 - ncse_15) > 0.0, ncse_15, 0.0))))
-        if it1 == maxit1 or bool(norton_radial_return_solve_converged.all()):
+        go1 = ~norton_radial_return_solve_converged & (norton_radial_return_solve_residual_norm < float("inf"))
+        if it1 == maxit1 or not bool(go1.any()):
             break
         nt1_1 = (-1.0 - (ncse_12 * ncse_13))
         nt1_2 = (1.0 / nt1_1)
@@ -91,8 +92,8 @@ def _torch_newton_1(
         nt1_4 = (-p_n * ncse_10 * ncse_13 * nt1_r_0 * _powr_shift(ncse_11, state_internal_svm, (-2.0 + p_n)))
         nt1_5 = (nt1_1 * nt1_1)
         nt1_du_0 = _where((nt1_5 >= torch.abs(nt1_4)), (-2.0 * nt1_1 * nt1_r_0 / (-nt1_4 + (2.0 * nt1_5))), nt1_3)
-        state_internal_svm = torch.where(norton_radial_return_solve_converged, state_internal_svm, state_internal_svm + nt1_du_0)
-        norton_radial_return_solve_iterations = norton_radial_return_solve_iterations + (~norton_radial_return_solve_converged).to(torch.int32)
+        state_internal_svm = torch.where(go1, state_internal_svm + nt1_du_0, state_internal_svm)
+        norton_radial_return_solve_iterations = norton_radial_return_solve_iterations + go1.to(torch.int32)
     return (
         state_internal_svm, norton_radial_return_solve_converged,
         norton_radial_return_solve_iterations, norton_radial_return_solve_residual_norm)
@@ -877,7 +878,7 @@ if triton is not None:
             norton_radial_return_solve_residual_norm = tl.abs(nt1_r_0)
             nt1_rnorm0 = tl.where(it1 == 0, norton_radial_return_solve_residual_norm, nt1_rnorm0)
             norton_radial_return_solve_converged = norton_radial_return_solve_converged | ((norton_radial_return_solve_residual_norm <= nt1_atol) | (tl.abs(nt1_r_0) <= (nt1_rtol * tl.where((K7 - ncse_15) > 0.0, ncse_15, K8))))
-            update1 = (~norton_radial_return_solve_converged) & (it1 < maxit1)
+            update1 = (~norton_radial_return_solve_converged) & (it1 < maxit1) & (norton_radial_return_solve_residual_norm < float("inf"))
             nt1_1 = (-K5 - (ncse_12 * ncse_13))
             nt1_2 = (K5 / nt1_1)
             nt1_3 = (-nt1_2 * nt1_r_0)
@@ -1764,7 +1765,7 @@ static void newton_1(
         const int mc_was = mc_act[l];
         v_norton_radial_return_solve_converged[l] = mc_was ? nt1_ok : v_norton_radial_return_solve_converged[l];
         v_norton_radial_return_solve_residual_norm[l] = mc_was ? norton_radial_return_solve_residual_norm : v_norton_radial_return_solve_residual_norm[l];
-        const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit);
+        const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit) & (norton_radial_return_solve_residual_norm < MC_INF);
         mc_act[l] = mc_go;
         const real nt1_1 = (-((real)1.0) - (ncse_12 * ncse_13));
         const real nt1_2 = (((real)1.0) / nt1_1);
@@ -2530,7 +2531,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     MC_LANES mc_bad |= mc_z[l] != mc_z[l];
     if (mc_bad) {
         for (int k = 0; k < 14 * MC_W; ++k) o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];
-        for (int k = 0; k < 253 * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
+        for (int k = 0; k < (V == 2 ? 36 : V == 4 ? 197 : V == 8 ? 253 : 0) * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
         MC_LANES o_c[l] = mc_z[l] != mc_z[l] ? 0 : o_c[l];
     }
     mc_store(a->y + i0 * a->ys, a->ys, o_y, 14, nl, a->flags & MC_STREAM);

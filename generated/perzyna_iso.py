@@ -81,7 +81,8 @@ def _torch_newton_1(
         if it1 == 0:
             nt1_rnorm0 = perzyna_iso_radial_return_solve_residual_norm
         perzyna_iso_radial_return_solve_converged = perzyna_iso_radial_return_solve_converged | ((perzyna_iso_radial_return_solve_residual_norm <= nt1_atol) | (torch.abs(nt1_r_0) <= (nt1_rtol * torch.where((3e+38 - ncse_13) > 0.0, ncse_13, 0.0))))
-        if it1 == maxit1 or bool(perzyna_iso_radial_return_solve_converged.all()):
+        go1 = ~perzyna_iso_radial_return_solve_converged & (perzyna_iso_radial_return_solve_residual_norm < float("inf"))
+        if it1 == maxit1 or not bool(go1.any()):
             break
         nt1_1 = (-p_eta - (ncse_11 * ncse_4))
         nt1_2 = (1.0 / nt1_1)
@@ -89,8 +90,8 @@ def _torch_newton_1(
         nt1_4 = (-p_n * ncse_4 * ncse_9 * nt1_r_0 * _powr_shift(ncse_10, state_internal_gamma_rate_root, (-2.0 + p_n)))
         nt1_5 = (nt1_1 * nt1_1)
         nt1_du_0 = _where((nt1_5 >= torch.abs(nt1_4)), (-2.0 * nt1_1 * nt1_r_0 / (-nt1_4 + (2.0 * nt1_5))), nt1_3)
-        state_internal_gamma_rate_root = torch.where(perzyna_iso_radial_return_solve_converged, state_internal_gamma_rate_root, state_internal_gamma_rate_root + nt1_du_0)
-        perzyna_iso_radial_return_solve_iterations = perzyna_iso_radial_return_solve_iterations + (~perzyna_iso_radial_return_solve_converged).to(torch.int32)
+        state_internal_gamma_rate_root = torch.where(go1, state_internal_gamma_rate_root + nt1_du_0, state_internal_gamma_rate_root)
+        perzyna_iso_radial_return_solve_iterations = perzyna_iso_radial_return_solve_iterations + go1.to(torch.int32)
     return (
         state_internal_gamma_rate_root, perzyna_iso_radial_return_solve_converged,
         perzyna_iso_radial_return_solve_iterations, perzyna_iso_radial_return_solve_residual_norm)
@@ -923,7 +924,7 @@ if triton is not None:
             perzyna_iso_radial_return_solve_residual_norm = tl.abs(nt1_r_0)
             nt1_rnorm0 = tl.where(it1 == 0, perzyna_iso_radial_return_solve_residual_norm, nt1_rnorm0)
             perzyna_iso_radial_return_solve_converged = perzyna_iso_radial_return_solve_converged | ((perzyna_iso_radial_return_solve_residual_norm <= nt1_atol) | (tl.abs(nt1_r_0) <= (nt1_rtol * tl.where((K6 - ncse_13) > 0.0, ncse_13, K7))))
-            update1 = (~perzyna_iso_radial_return_solve_converged) & (it1 < maxit1)
+            update1 = (~perzyna_iso_radial_return_solve_converged) & (it1 < maxit1) & (perzyna_iso_radial_return_solve_residual_norm < float("inf"))
             nt1_1 = (-p_eta - (ncse_11 * ncse_4))
             nt1_2 = (K5 / nt1_1)
             nt1_3 = (-nt1_2 * nt1_r_0)
@@ -1855,7 +1856,7 @@ static void newton_1(
         const int mc_was = mc_act[l];
         v_perzyna_iso_radial_return_solve_converged[l] = mc_was ? nt1_ok : v_perzyna_iso_radial_return_solve_converged[l];
         v_perzyna_iso_radial_return_solve_residual_norm[l] = mc_was ? perzyna_iso_radial_return_solve_residual_norm : v_perzyna_iso_radial_return_solve_residual_norm[l];
-        const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit);
+        const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit) & (perzyna_iso_radial_return_solve_residual_norm < MC_INF);
         mc_act[l] = mc_go;
         const real nt1_1 = (-p_eta - (ncse_11 * ncse_4));
         const real nt1_2 = (((real)1.0) / nt1_1);
@@ -2702,7 +2703,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     MC_LANES mc_bad |= mc_z[l] != mc_z[l];
     if (mc_bad) {
         for (int k = 0; k < 14 * MC_W; ++k) o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];
-        for (int k = 0; k < 294 * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
+        for (int k = 0; k < (V == 2 ? 36 : V == 4 ? 210 : V == 8 ? 294 : 0) * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
         MC_LANES o_c[l] = mc_z[l] != mc_z[l] ? 0 : o_c[l];
     }
     mc_store(a->y + i0 * a->ys, a->ys, o_y, 14, nl, a->flags & MC_STREAM);

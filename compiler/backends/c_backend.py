@@ -355,7 +355,9 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
                  (None, f"v_{conv}[l]", f"mc_was ? {code.name(ok)} : v_{conv}[l]"),
                  (None, f"v_{rn}[l]", f"mc_was ? {rn} : v_{rn}[l]")]
     if ls is None:
-        step.ops += [(None, "const int mc_go", f"mc_was & ({code.name(ok)} == 0) & (it < mc_maxit)"),
+        # a lane stops at mc_maxit steps, or at a residual that is not finite (it cannot recover:
+        # the interpreter's failed point), instead of keeping its block iterating to mc_maxit
+        step.ops += [(None, "const int mc_go", f"mc_was & ({code.name(ok)} == 0) & (it < mc_maxit) & ({rn} < MC_INF)"),
                      (None, "mc_act[l]", "mc_go")]
     else:  # at most mc_maxit accepted steps a lane; a halved step is not one
         step.ops += _line_search_test(code, st, ls, code.name(ok), rn)
@@ -705,6 +707,7 @@ class _Stores:
         self.slots: dict[sp.Expr, int] = {}
         self.bits: dict[sp.Expr, int] = {}  # entry -> the variants that return it
         self.tables = []  # (the group's variants and shapes, [(slot, row, column)], entries per variant)
+        self.reach: dict[int, int] = {}  # variant bit -> the slots below this bound hold its entries
         for group in jacobian_groups(program, layout):
             table, counts = [], []
             for k, (v, _, entries) in enumerate(group):
@@ -714,6 +717,8 @@ class _Stores:
                     table.append((self.slots[e], r, c))
                 counts.append(len(table))
             self.tables.append(([(v, shape) for v, shape, _ in group], table, counts))
+            for (v, _, _), n in zip(group, counts):  # the slots a variant's entries reach
+                self.reach[v.bit] = max(self.reach.get(v.bit, 0), max((t[0] + 1 for t in table[:n]), default=0))
         self.staged: set = set()
 
     def _value(self, e):
@@ -759,7 +764,13 @@ class _Stores:
             return []
         slots = (["o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];"] +
                  (["o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];"] if self.tables else []))
-        sizes = [self.layout.ny] + ([max(len(self.slots), 1)] if self.tables else [])
+        # only the entries of the entry point's variant (a constant once V is inlined): a tangent
+        # call of j2_voce_af has 36 of the block's 522 slots, and the whole array (67 KB) cost each
+        # block with such a lane microseconds
+        reach = "0"
+        for bit, n in sorted(self.reach.items(), key=lambda kv: -kv[0]):
+            reach = f"V == {bit} ? {n} : {reach}"
+        sizes = [str(self.layout.ny)] + ([f"({reach})"] if self.tables else [])
         out = ["int mc_bad = 0;", "MC_LANES mc_bad |= mc_z[l] != mc_z[l];", "if (mc_bad) {"]
         out += [f"    for (int k = 0; k < {n} * MC_W; ++k) {line}" for n, line in zip(sizes, slots)]
         if self.ok is not None:

@@ -115,15 +115,18 @@ class TorchEmitter(Emitter):
         self.line(f"{maxit} = int(O[2]) if O[2] >= 0 else {int(st.solver.max_iter)}")
         if st.solver.line_search:
             return self._newton_line_search(st, k, it, maxit)
+        go = self.namer.fresh(f"go{k}")
         self.line(f"for {it} in range({maxit} + 1):")
         self.depth += 1
         self._evaluate(st, k, it)
-        self.line(f"if {it} == {maxit} or bool({n(st.converged)}.all()):")
+        # a point stops at max_iter steps, or at a residual that is not finite (as the interpreter)
+        self.line(f"{go} = ~{n(st.converged)} & ({n(st.residual_norm)} < float(\"inf\"))")
+        self.line(f"if {it} == {maxit} or not bool({go}.any()):")
         self.line("    break")
         self.newton_step(st, k, res, du)
         for u, d in zip(st.unknowns, du):
-            self.line(f"{n(u)} = torch.where({n(st.converged)}, {n(u)}, {n(u)} + {n(d)})")
-        self.line(f"{n(st.iterations)} = {n(st.iterations)} + (~{n(st.converged)}).to(torch.int32)")
+            self.line(f"{n(u)} = torch.where({go}, {n(u)} + {n(d)}, {n(u)})")
+        self.line(f"{n(st.iterations)} = {n(st.iterations)} + {go}.to(torch.int32)")
         self.depth -= 1
 
     def _evaluate(self, st: ir.Newton, k: int, it: str) -> None:

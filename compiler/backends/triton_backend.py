@@ -267,8 +267,8 @@ class TritonEmitter(Emitter):
         for sym, e in parts:
             self.assign(sym, e)
         self.line(f"{n(st.converged)} = {n(st.converged)} | {self.p.doprint(test)}")
-        if ls is None:
-            self.line(f"{upd} = (~{n(st.converged)}) & ({it} < {maxit})")
+        if ls is None:  # at most maxit steps a point, none from a residual that is not finite (as the interpreter)
+            self.line(f"{upd} = (~{n(st.converged)}) & ({it} < {maxit}) & ({n(st.residual_norm)} < float(\"inf\"))")
         else:  # at most maxit accepted steps a point (a halved step is not one), none from a non-finite residual
             for sym, e in self.line_search_tests(st, ls, sp.Not(st.converged)):
                 self.assign(sym, e)
