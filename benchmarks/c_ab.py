@@ -28,9 +28,10 @@ j2_voce_af at 1e5 points; benchmarks/results/20261129T030000Z-cpu-status-stores.
   stream past it, and what a change does to the reads from memory does not show: a change worth
   2-4 ns a point with 4 sets measured nothing with one.
 - ``--ballast MB``: memory allocated and written before any source is bound. Identical sources bound
-  one after another ran 46, 44, 44 and 43 ns a point, the first one's buffers the slowest; the
-  hand-written expert's C went from 34 to 44 ns when its buffers came first. 300 MB of ballast
-  evened the sources out (44, 43, 42). Compare sources in more than one order.
+  one after another ran 46, 44, 44 and 43 ns a point (later that day 45, 45, 43, 43), the first
+  one's buffers the slowest; 300 MB of ballast evened them out once (44, 43, 42). Once the
+  hand-written expert's C ran 44 ns instead of 34 with its buffers allocated first; repeated an
+  hour later it did not (34 first, 33 last). Compare sources in both orders (ABBA, BAAB).
 """
 from __future__ import annotations
 
