@@ -18,7 +18,7 @@ computes something else shows here). This is how the C changes in docs/performan
 measured before they were adopted or not.
 
 Out of cache, two things decide what such a timing says (measured 2026-11-29 on an AMD EPYC VM,
-j2_voce_af at 1e5 points; benchmarks/results/20261129T030000Z-cpu-status-stores.md):
+j2_voce_af at 1e5 points; benchmarks/results/20261129T020232Z-cpu-status-stores.md):
 
 - ``--sets K``: every source is bound to K input sets (shared by the sources), and the timing is
   :func:`shuffled_calls`: one call of each source a round, in a random order, consecutive calls on
