@@ -26,7 +26,7 @@ j2_voce_af at 1e5 points; benchmarks/results/20261129T020232Z-cpu-status-stores.
   calls. With one set (the default: best of the rounds' loops of one source, as before) the
   inputs of 1e5 points (16 MB) stay in a 32 MB last-level cache between calls while the outputs
   stream past it, and what a change does to the reads from memory does not show: a change worth
-  2-4 ns a point with 4 sets measured nothing with one.
+  1-3 ns a point with 4 sets (j2_voce_af's status stores) measured nothing with one.
 - ``--ballast MB``: memory allocated and written before any source is bound. Identical sources bound
   one after another ran 46, 44, 44 and 43 ns a point (later that day 45, 45, 43, 43), the first
   one's buffers the slowest; 300 MB of ballast evened them out once (44, 43, 42). Once the

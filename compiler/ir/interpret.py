@@ -199,12 +199,12 @@ def _newton(st: Newton, env, batch, dtype) -> None:
             with np.errstate(all="ignore"):
                 halley = (-2 * r * j) / (2 * (j * j) - q)
             du = np.where(np.abs(q) <= j * j, halley, du[..., 0])[..., None].astype(dtype)
-        if o.line_search:  # a step that is not finite cannot be halved into a finite one: stop now
+        # plain Newton takes a step that is not finite, as the backends do, and stops at the
+        # residual after it; a line search stops now (halving it gives no finite step)
+        if o.line_search:  # from the last accepted point: its step halved, or the new full step
             bad = active & ~back & ~np.all(np.isfinite(du), axis=-1)
             failed |= bad
             active &= ~bad
-        # (plain Newton takes it, as the backends do, and stops at the residual that is not finite)
-        if o.line_search:  # from the last accepted point: its step halved, or the new full step
             u_prev = [np.where(back, up, x) for up, x in zip(u_prev, u)]
             d_prev = [np.where(back, dp, du[..., k]) for k, dp in enumerate(d_prev)]
             # a point that stops keeps 0: its residual never decreases, and it must not halve again

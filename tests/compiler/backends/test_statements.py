@@ -101,6 +101,29 @@ def stop_modules(tmp_path_factory):
     return out
 
 
+def _stops(stop_modules, name: str, backend: str, a):
+    """(converged, iterations, state/u) of ``name`` on ``backend`` (or the reference interpreter)
+    at the inputs ``a``."""
+    import numpy as np
+    import torch
+
+    from modelc.interpret import interpret
+    from rt_helpers import HAVE_CC, IN_CI, NO_CC
+
+    if backend == "c" and not HAVE_CC and not IN_CI:
+        pytest.skip(NO_CC)
+    ins = {"forces/a": torch.tensor(a)}
+    mod, program = stop_modules[name]
+    if backend == "interpreter":
+        res, _, st = interpret(program, ins)
+        return (np.asarray(st["converged"]).astype(bool), np.asarray(st["iterations"]),
+                np.asarray(res["state/u"]).reshape(-1))
+    kw = {"device": "cpu"} if backend == "triton" else {}
+    r = mod.Model(dtype=torch.float64, backend=backend, **kw)(ins)
+    return (r.status.converged.numpy().reshape(-1).astype(bool), r.status.iterations.numpy().reshape(-1),
+            r["state/u"].numpy().reshape(-1))
+
+
 @pytest.mark.parametrize("backend", ["interpreter", "torch", "c", "triton"])
 @pytest.mark.parametrize("name", ["sqrt_one", "sqrt_pair"])
 def test_a_point_stops_at_a_residual_that_is_not_finite(stop_modules, name, backend):
@@ -110,25 +133,9 @@ def test_a_point_stops_at_a_residual_that_is_not_finite(stop_modules, name, back
     program (Triton) or the batch (PyTorch) iterating to max_iter, and the other points of the same
     block converge as if it were not there (a^2)."""
     import numpy as np
-    import torch
 
-    from modelc.interpret import interpret
-    from rt_helpers import HAVE_CC, IN_CI, NO_CC
-
-    if backend == "c" and not HAVE_CC and not IN_CI:
-        pytest.skip(NO_CC)
     a = np.array([2.0, 0.25, float("nan"), 0.75, 1.5, 0.1, 3.0] * 5)
-    ins = {"forces/a": torch.tensor(a)}
-    mod, program = stop_modules[name]
-    if backend == "interpreter":
-        res, _, st = interpret(program, ins)
-        conv, its, u = (np.asarray(st["converged"]).astype(bool), np.asarray(st["iterations"]),
-                        np.asarray(res["state/u"]).reshape(-1))
-    else:
-        kw = {"device": "cpu"} if backend == "triton" else {}
-        r = mod.Model(dtype=torch.float64, backend=backend, **kw)(ins)
-        conv, its, u = (r.status.converged.numpy().reshape(-1).astype(bool), r.status.iterations.numpy().reshape(-1),
-                        r["state/u"].numpy().reshape(-1))
+    conv, its, u = _stops(stop_modules, name, backend, a)
     good = a >= 0.5
     assert (conv == good).all(), conv
     np.testing.assert_allclose(u[good], a[good] ** 2, rtol=1e-10)  # (rtol 1e-12 of the first residual)
@@ -143,22 +150,8 @@ def test_a_step_that_is_not_finite_is_taken_and_the_point_stops_after_it(stop_mo
     iteration) and stops at the infinite residual there, on every backend as in the interpreter
     (which until 2026-11-29 stopped before the step and counted none); a = 0 converges at once."""
     import numpy as np
-    import torch
 
-    from modelc.interpret import interpret
-    from rt_helpers import HAVE_CC, IN_CI, NO_CC
-
-    if backend == "c" and not HAVE_CC and not IN_CI:
-        pytest.skip(NO_CC)
     a = np.array([0.0, 1.0, 4.0, 0.0, 2.5] * 4)
-    ins = {"forces/a": torch.tensor(a)}
-    mod, program = stop_modules["square_one"]
-    if backend == "interpreter":
-        _, _, st = interpret(program, ins)
-        conv, its = np.asarray(st["converged"]).astype(bool), np.asarray(st["iterations"])
-    else:
-        kw = {"device": "cpu"} if backend == "triton" else {}
-        r = mod.Model(dtype=torch.float64, backend=backend, **kw)(ins)
-        conv, its = r.status.converged.numpy().reshape(-1).astype(bool), r.status.iterations.numpy().reshape(-1)
+    conv, its, _ = _stops(stop_modules, "square_one", backend, a)
     assert (conv == (a == 0)).all(), conv
     assert (its == np.where(a == 0, 0, 1)).all(), its
