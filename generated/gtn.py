@@ -2990,8 +2990,8 @@ C_SOURCE = r'''
 /* MC_PARTS value:0,tangent:0,jacobian:1,total:1 (entry point: part; -DMC_PART=k builds part k alone) */
 /* MC_WIDTHS x=6,1,1,6,1,1 tangent=36 jacobian=240 total=360 (per point: the inputs' components in argument order, each derivative entry point's entries) */
 #include "modelc_kernel.h"
-#if MC_KERNEL_ABI != 3
-#error "this source needs modelc_kernel.h ABI 3: regenerate it with the installed modelc"
+#if MC_KERNEL_ABI != 4
+#error "this source needs modelc_kernel.h ABI 4: regenerate it with the installed modelc"
 #endif
 
 /* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/phi, state/internal/gamma_rate: the lanes of a block iterate together until none is active.
@@ -3698,6 +3698,15 @@ static void newton_1_lu(
 }
 
 MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int nl, const int V) {
+    if (a->flags & MC_STREAM) {  /* the next block's inputs (mc_prefetch_rows) */
+        mc_prefetch_rows(a->x[0] + (i0 + MC_W) * a->xs[0], a->xs[0], 6);
+        mc_prefetch_rows(a->x[1] + (i0 + MC_W) * a->xs[1], a->xs[1], 1);
+        mc_prefetch_rows(a->x[2] + (i0 + MC_W) * a->xs[2], a->xs[2], 1);
+        mc_prefetch_rows(a->x[3] + (i0 + MC_W) * a->xs[3], a->xs[3], 6);
+        mc_prefetch_rows(a->x[4] + (i0 + MC_W) * a->xs[4], a->xs[4], 1);
+        mc_prefetch_rows(a->x[5] + (i0 + MC_W) * a->xs[5], a->xs[5], 1);
+        if (a->ps) mc_prefetch_rows(a->p + (i0 + MC_W) * a->ps, a->ps, 8);
+    }
     real v_x0[6 * MC_W];
     mc_load(v_x0, a->x[0] + i0 * a->xs[0], a->xs[0], 6, nl);
     real v_x1[1 * MC_W];

@@ -8,7 +8,7 @@
    whenever what a model's source relies on here changes. */
 #ifndef MODELC_KERNEL_H
 #define MODELC_KERNEL_H
-#define MC_KERNEL_ABI 3
+#define MC_KERNEL_ABI 4
 #if !defined(NIN) || !defined(NP) || !defined(NY) || !defined(MC_NEWTON)
 #error "modelc_kernel.h: define NIN, NP, NY and MC_NEWTON before including it"
 #endif
@@ -659,6 +659,33 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     a->atol = (real)tol;
     a->maxit = (int)r[11];
     a->flags = (int)r[12];
+}
+
+/* the next block's input rows and per-point parameters, fetched into the cache while this block
+   computes (a block's first call of each input, mc_load, names them), in a call that streams its
+   outputs (MC_STREAM: its data come from memory, not the cache). Without it a block's transposing
+   loads waited on memory: the hardware prefetcher runs a few lines ahead of a stream, a block of 16
+   points reads 12 lines of each 6-component input at once. Measured on j2_voce_af's tangent call
+   at 1e5 points, inputs from memory (benchmarks/c_ab.py --sets 4): 8-10% faster; no change in
+   cache, where it does nothing (benchmarks/results/20261129T034900Z-cpu-input-prefetch.md). ``nc``
+   components a row, rows ``xs`` apart: whole rows one after the other, their lines; rows apart
+   (a column view of a wider array), each row's own lines. Past the end it is harmless: a prefetch
+   never faults. */
+MC_INLINE void mc_prefetch_rows(const real *restrict x, const int64_t xs, const int nc) {
+    const char *p = (const char *)x;
+    if (xs == nc) {
+        const int64_t bytes = (int64_t)MC_W * nc * (int64_t)sizeof(real);
+        for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
+        return;
+    }
+    if (xs == 0) {  /* one row for every point */
+        return;
+    }
+    for (int l = 0; l < MC_W; ++l) {
+        const char *r = (const char *)(x + l * xs);
+        __builtin_prefetch(r, 0, 3);
+        __builtin_prefetch(r + nc * (int64_t)sizeof(real) - 1, 0, 3);
+    }
 }
 
 /* a block's status (implicit models): converged flags, iteration counts, residual norms. In a call

@@ -570,6 +570,13 @@ def _block_function(code: _Code, program: ir.Program, layout: Layout) -> str:
     # each input variable (and the parameters) staged lane-major in one array, entry c of lane l at
     # v_x<v>[c * MC_W + l] (mc_load: 4 x 4 tiles transposed in registers where it can)
     homes, stage = {}, []
+    # in a call whose data come from memory, the next block's rows are fetched while this one computes
+    fetch = [f"    mc_prefetch_rows(a->x[{v}] + (i0 + MC_W) * a->xs[{v}], a->xs[{v}], {len(var.symbols)});"
+             for v, (var, _) in enumerate(layout.axis_inputs())]
+    if layout.param_columns():
+        fetch.append(f"    if (a->ps) mc_prefetch_rows(a->p + (i0 + MC_W) * a->ps, a->ps, {layout.np});")
+    if fetch:
+        stage += ["if (a->flags & MC_STREAM) {  /* the next block's inputs (mc_prefetch_rows) */", *fetch, "}"]
     for v, (var, _) in enumerate(layout.axis_inputs()):
         stage.append(f"real v_x{v}[{len(var.symbols)} * MC_W];")
         stage.append(f"mc_load(v_x{v}, a->x[{v}] + i0 * a->xs[{v}], a->xs[{v}], {len(var.symbols)}, nl);")

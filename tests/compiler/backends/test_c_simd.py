@@ -338,7 +338,10 @@ def test_streaming_stores_write_what_regular_stores_write(library, monkeypatch, 
     regular stores: 37 points (a partial last block), outputs and status arrays 1, 2 and 5 entries
     past a cache line (the lines a block shares with its neighbours are written with regular stores),
     and outputs with a row stride wider than a row (the regular path), with every entry written
-    (poisoned buffers: NaN, -1 iterations, and flags 0 where every point converges)."""
+    (poisoned buffers: NaN, -1 iterations, and flags 0 where every point converges). A streaming
+    call also prefetches the next block's input rows and per-point parameters (mc_prefetch_rows):
+    inputs as column views of one array (rows wider than their components) and as contiguous
+    copies, its outputs are the same bits."""
     mod = library[name]
     m = mod.Model(backend="c", dtype=dtype)
     B = 37
@@ -349,7 +352,7 @@ def test_streaming_stores_write_what_regular_stores_write(library, monkeypatch, 
     rows, cols = (ax.size for ax in m.tangent_axes)
     ny = m.output_axis.size
 
-    def call(stream: bool, shift: int, pad: int):
+    def call(stream: bool, shift: int, pad: int, inputs=views):
         monkeypatch.setattr(cbuild, "stream_bytes", lambda: -1 if stream else 1 << 62)
         ybuf = torch.full((B * (ny + pad) + 8,), math.nan, dtype=dtype)
         Y = ybuf[shift:shift + B * (ny + pad)].view(B, ny + pad)[:, :ny]
@@ -357,7 +360,7 @@ def test_streaming_stores_write_what_regular_stores_write(library, monkeypatch, 
         st = (torch.zeros(B + 8, dtype=torch.bool)[shift:shift + B],
               torch.full((B + 8,), -1, dtype=torch.int32)[shift:shift + B],
               torch.full((B + 8,), math.nan, dtype=dtype)[shift:shift + B])
-        args = cbuild.pack_args(views, P.contiguous(), Y, J, st)  # (the raw entry: Y's row stride is free)
+        args = cbuild.pack_args(inputs, P.contiguous(), Y, J, st)  # (the raw entry: Y's row stride is free)
         assert args[-1] == int(stream)
         m._general_lib().run("tangent", B, args, 1)
         return (Y.clone(), J, *st)
@@ -366,10 +369,13 @@ def test_streaming_stores_write_what_regular_stores_write(library, monkeypatch, 
     assert not want[0].isnan().any() and not want[1].isnan().any()
     if mod.Model.IMPLICIT:  # (an explicit model has no status: its arrays stay as they were)
         assert want[2].all() and (want[3] >= 0).all() and not want[4].isnan().any()
+    n = 5 if mod.Model.IMPLICIT else 2
     for shift, pad in ((0, 0), (1, 0), (2, 0), (5, 0), (0, 3)):  # 16 bytes off: a host's malloc'd rows
         got = call(True, shift, pad)
-        n = 5 if mod.Model.IMPLICIT else 2
         assert all(torch.equal(a, b) for a, b in zip(got[:n], want[:n])), (shift, pad)
+    assert all(v.stride(0) != v.shape[1] for v in views if v.shape[1] > 1)  # (rows apart: the other branch)
+    got = call(True, 0, 0, [v.contiguous() for v in views])
+    assert all(torch.equal(a, b) for a, b in zip(got[:n], want[:n]))
 
 
 
