@@ -662,29 +662,26 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
 }
 
 /* the next block's input rows and per-point parameters, fetched into the cache while this block
-   computes (a block's first call of each input, mc_load, names them), in a call that streams its
-   outputs (MC_STREAM: its data come from memory, not the cache). Without it a block's transposing
-   loads waited on memory: the hardware prefetcher runs a few lines ahead of a stream, a block of 16
-   points reads 12 lines of each 6-component input at once. Measured on j2_voce_af's tangent call
-   at 1e5 points, inputs from memory (benchmarks/c_ab.py --sets 4): 8-10% faster; no change in
-   cache, where it does nothing (benchmarks/results/20261129T034900Z-cpu-input-prefetch.md). ``nc``
-   components a row, rows ``xs`` apart: whole rows one after the other, their lines; rows apart
-   (a column view of a wider array), each row's own lines. Past the end it is harmless: a prefetch
-   never faults. */
+   computes, in a call that streams its outputs (MC_STREAM: its data come from memory, not the
+   cache). Without it a block's transposing loads (mc_load) waited on memory: the hardware
+   prefetcher runs a few lines ahead of a stream, and a block of 16 points reads 12 lines of each
+   6-component input at once. Measured on j2_voce_af's tangent call at 1e5 points with its inputs
+   coming from memory (benchmarks/c_ab.py --sets 4): 13% less time; in cache the flag is off
+   (benchmarks/results/20261129T034900Z-cpu-input-prefetch.md). ``nc`` components a row, rows ``xs``
+   apart: rows one after the other, every line of the block's rows; rows apart (a column view of a
+   wider array), every line of each row; one row for all points (xs 0), nothing. Past the end of an
+   array it is harmless: a prefetch never faults. */
 MC_INLINE void mc_prefetch_rows(const real *restrict x, const int64_t xs, const int nc) {
-    const char *p = (const char *)x;
+    const int64_t row = nc * (int64_t)sizeof(real);
     if (xs == nc) {
-        const int64_t bytes = (int64_t)MC_W * nc * (int64_t)sizeof(real);
-        for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
+        for (int64_t o = 0; o < MC_W * row; o += 64) __builtin_prefetch((const char *)x + o, 0, 3);
         return;
     }
-    if (xs == 0) {  /* one row for every point */
-        return;
-    }
+    if (xs == 0) return;
     for (int l = 0; l < MC_W; ++l) {
         const char *r = (const char *)(x + l * xs);
-        __builtin_prefetch(r, 0, 3);
-        __builtin_prefetch(r + nc * (int64_t)sizeof(real) - 1, 0, 3);
+        for (int64_t o = 0; o < row; o += 64) __builtin_prefetch(r + o, 0, 3);
+        __builtin_prefetch(r + row - 1, 0, 3);  /* the row's last line, when it starts past a line's start */
     }
 }
 
