@@ -17,7 +17,7 @@
 #include <string.h>
 #include <float.h>
 #include <math.h>
-#if defined(__AVX__)
+#if defined(__SSE2__)  /* (x86-64: the float block moves need SSE2 only) */
 #include <immintrin.h>
 #endif
 #include <tgmath.h>
@@ -465,9 +465,9 @@ static inline void mc_lu_apply(const int n, const int m, const real *restrict a,
 }
 
 /* Between the caller's rows (point-major: entry c of point l at y[l * ys + c]) and a block's lanes
-   (lane-major: entry c of lane l at s[c * MC_W + l]). A full block with AVX2 (double, MC_W a
-   multiple of 4) moves as 4 x 4 tiles transposed in registers (per 16 entries: 4 loads, 8 shuffles,
-   4 stores) instead of 16 scalar copies; the rest entry by entry. */
+   (lane-major: entry c of lane l at s[c * MC_W + l]). A full block with AVX2 in double, or SSE2 in
+   float (MC_W a multiple of 4), moves as 4 x 4 tiles transposed in registers (per 16 entries: 4
+   loads, 8 shuffles, 4 stores) instead of 16 scalar copies; the rest entry by entry. */
 #if defined(__AVX2__) && !defined(MC_FLOAT32) && MC_W % 4 == 0
 #define MC_TILES 1
 /* rows d + k * ds (k < 4) get the columns of the 4 x 4 tile at rows s + k * ss */
@@ -497,6 +497,34 @@ MC_INLINE void mc_tile24(const real *restrict s, const int64_t ss, real *restric
     _mm_storeu_pd(d + ds, _mm256_castpd256_pd128(hi));
     _mm_storeu_pd(d + 2 * ds, _mm256_extractf128_pd(lo, 1));
     _mm_storeu_pd(d + 3 * ds, _mm256_extractf128_pd(hi, 1));
+}
+#elif defined(__SSE2__) && defined(MC_FLOAT32) && MC_W % 4 == 0
+/* the same three moves in float, 128-bit vectors of 4 (until 2026-11-29 float moved entry by entry:
+   its tangent calls ran 1.5-2x slower than double's on an AVX-512 EPYC;
+   benchmarks/results/20261129T044500Z-cpu-float32-tiles.md) */
+#define MC_TILES 1
+MC_INLINE void mc_tile(const real *restrict s, const int64_t ss, real *restrict d, const int64_t ds) {
+    __m128 r0 = _mm_loadu_ps(s), r1 = _mm_loadu_ps(s + ss), r2 = _mm_loadu_ps(s + 2 * ss), r3 = _mm_loadu_ps(s + 3 * ss);
+    _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+    _mm_storeu_ps(d, r0);
+    _mm_storeu_ps(d + ds, r1);
+    _mm_storeu_ps(d + 2 * ds, r2);
+    _mm_storeu_ps(d + 3 * ds, r3);
+}
+MC_INLINE void mc_tile42(const real *restrict s, const int64_t ss, real *restrict d, const int64_t ds) {
+    /* (pairs of floats through __m64, which may alias anything) */
+    const __m128 ab = _mm_loadh_pi(_mm_loadl_pi(_mm_setzero_ps(), (const __m64 *)s), (const __m64 *)(s + ss));
+    const __m128 ce = _mm_loadh_pi(_mm_loadl_pi(_mm_setzero_ps(), (const __m64 *)(s + 2 * ss)), (const __m64 *)(s + 3 * ss));
+    _mm_storeu_ps(d, _mm_shuffle_ps(ab, ce, _MM_SHUFFLE(2, 0, 2, 0)));
+    _mm_storeu_ps(d + ds, _mm_shuffle_ps(ab, ce, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+MC_INLINE void mc_tile24(const real *restrict s, const int64_t ss, real *restrict d, const int64_t ds) {
+    const __m128 r0 = _mm_loadu_ps(s), r1 = _mm_loadu_ps(s + ss);
+    const __m128 lo = _mm_unpacklo_ps(r0, r1), hi = _mm_unpackhi_ps(r0, r1);
+    _mm_storel_pi((__m64 *)d, lo);
+    _mm_storeh_pi((__m64 *)(d + ds), lo);
+    _mm_storel_pi((__m64 *)(d + 2 * ds), hi);
+    _mm_storeh_pi((__m64 *)(d + 3 * ds), hi);
 }
 #else
 #define MC_TILES 0

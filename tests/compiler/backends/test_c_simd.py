@@ -97,14 +97,15 @@ def test_tiled_loads_and_stores_match_the_scalar_build(library, name):
         assert float(((Jv - Js).abs() / jscale).max()) <= 1e-12
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("nout", range(1, 10))
-def test_tiles_move_every_row_and_column_exactly(cache_dir, monkeypatch, nout, stream):
-    """mc_load and mc_store (4 x 4 tiles, then 2 x 4 tiles for two columns left, then entry by entry)
-    on a program that only moves numbers: an SR2 input read as a strided view (6 = 4 + 2 columns) and
-    ``nout`` outputs that are its components permuted and negated (1-9 columns: every remainder), 37
-    points (4 blocks of 8 and a partial one), regular and streaming stores. The result must be the
-    permutation exactly, as the scalar build gives it too."""
+def test_tiles_move_every_row_and_column_exactly(cache_dir, monkeypatch, nout, stream, dtype):
+    """mc_load and mc_store (4 x 4 tiles, then 2 x 4 tiles for two columns left, then entry by entry;
+    AVX2 registers in double, SSE2 in float) on a program that only moves numbers: an SR2 input read
+    as a strided view (6 = 4 + 2 columns) and ``nout`` outputs that are its components permuted and
+    negated (1-9 columns: every remainder), 37 points (4 blocks of 8 and a partial one), regular and
+    streaming stores. The result must be the permutation exactly, as the scalar build gives it too."""
     from modelc import ir
     from modelc.runtime.types import SR2, Scalar
 
@@ -117,13 +118,13 @@ def test_tiles_move_every_row_and_column_exactly(cache_dir, monkeypatch, nout, s
     exprs = {o.name: ((-1) ** k * e[perm[k]],) for k, o in enumerate(outs)}
     prog = ir.Program(f"tiles{nout}", (E,), (), outs, (), exprs)
     B = 37
-    wide = torch.randn(B, 9, generator=torch.Generator().manual_seed(nout), dtype=torch.float64)
+    wide = torch.randn(B, 9, generator=torch.Generator().manual_seed(nout), dtype=dtype)
     x = wide[:, 2:8]  # rows 9 apart, components contiguous
     want = torch.stack([(-1) ** k * x[:, perm[k]] for k in range(nout)], dim=1)
     for lanes in (1, 8):
-        lib = cbuild.load_library(c_source(prog), prog.name, torch.float64, lanes=lanes)
-        Y = torch.full((B, nout), math.nan, dtype=torch.float64)
-        lib([x], torch.zeros(1, 0, dtype=torch.float64), Y)
+        lib = cbuild.load_library(c_source(prog), prog.name, dtype, lanes=lanes)
+        Y = torch.full((B, nout), math.nan, dtype=dtype)
+        lib([x], torch.zeros(1, 0, dtype=dtype), Y)
         assert torch.equal(Y, want), (lanes, (Y - want).abs().max())
 
 
