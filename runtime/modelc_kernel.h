@@ -46,11 +46,17 @@ typedef double real;
    block is four registers, unless the source says MC_WIDE 1 or 2 (the runtime then builds it with
    -mprefer-vector-width=512: two registers a value; runtime/cbuild.py). A float32 source that says
    MC_WIDE 2 (a Newton over a system) is built so too, with MC_WIDE_VECTORS: 16 points a block, one
-   512-bit register a value. */
+   512-bit register a value. Any other float32 block holds as many bytes a value as double's: 16
+   points (32 with a Newton solve and AVX-512); with 8, one vector a value, its Newton waited on one
+   dependency chain: 1.2-1.8x slower (benchmarks/results/20261129T050500Z-cpu-float32-lanes.md). */
 #ifndef MC_W
 #if defined(__AVX512F__) && !defined(MC_FLOAT32) && MC_NEWTON
 #define MC_W 16
 #elif defined(__AVX512F__) && defined(MC_FLOAT32) && defined(MC_WIDE_VECTORS)
+#define MC_W 16
+#elif defined(__AVX512F__) && defined(MC_FLOAT32) && MC_NEWTON
+#define MC_W 32
+#elif defined(MC_FLOAT32)
 #define MC_W 16
 #else
 #define MC_W 8

@@ -45,8 +45,8 @@ def c_backend() -> dict:
         "instruction_sets": isa,
         "openmp": "-fopenmp" in cc.flags,
         "threads": torch.get_num_threads(),
-        "lanes": lanes or "the source's (8; 16 on AVX-512 for a Newton solve in float64, and for a float32 "
-                          "system when large blocks get 512-bit vectors)",
+        "lanes": lanes or "the source's (float64: 8, 16 on AVX-512 for a Newton solve; float32: 16, 32 on "
+                          "AVX-512 for a Newton solve, 16 for a system when large blocks get 512-bit vectors)",
         "stream_bytes": stream,
         "stream_bytes_from": "$MODELC_C_STREAM_BYTES" if os.environ.get("MODELC_C_STREAM_BYTES") else
         f"half the largest cache Linux reports ({_mib(cbuild.reported_cache_bytes())}), counted as at most "
