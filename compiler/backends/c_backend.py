@@ -5,7 +5,8 @@ is the runtime's ``modelc_kernel.h``: a source includes it by one line, which th
 by the header's text before compiling (:func:`modelc.runtime.cheader.standalone`); :func:`point_source`
 (for ``modelc export``) writes it inline.
 
-Points run in blocks of ``MC_W`` lanes (8 by default; ``-DMC_W=1`` is the scalar build). Every
+Points run in blocks of ``MC_W`` lanes (the header chooses by dtype, instruction set and Newton:
+8 to 32; ``-DMC_W=1`` is the scalar build). Every
 straight-line run of statements becomes one loop over the lanes of a block (``MC_SIMD MC_LANES``)
 that the C compiler vectorizes: a value used by a later loop lives in a lane array ``v_<name>[MC_W]``,
 everything else in registers. A Newton solve is one ``static`` function per module, called by every
