@@ -707,15 +707,13 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
    array it is harmless: a prefetch never faults. */
 MC_INLINE void mc_prefetch_rows(const real *restrict x, const int64_t xs, const int nc) {
     const int64_t row = nc * (int64_t)sizeof(real);
-    if (xs == nc) {
-        for (int64_t o = 0; o < MC_W * row; o += 64) __builtin_prefetch((const char *)x + o, 0, 3);
-        return;
-    }
     if (xs == 0) return;
-    for (int l = 0; l < MC_W; ++l) {
+    const int rows = xs == nc ? 1 : MC_W;  /* rows one after the other: one span of MC_W rows */
+    const int64_t span = xs == nc ? MC_W * row : row;
+    for (int l = 0; l < rows; ++l) {
         const char *r = (const char *)(x + l * xs);
-        for (int64_t o = 0; o < row; o += 64) __builtin_prefetch(r + o, 0, 3);
-        __builtin_prefetch(r + row - 1, 0, 3);  /* the row's last line, when it starts past a line's start */
+        for (int64_t o = 0; o < span; o += 64) __builtin_prefetch(r + o, 0, 3);
+        __builtin_prefetch(r + span - 1, 0, 3);  /* the last line, when the span starts past a line's start */
     }
 }
 
