@@ -18,9 +18,14 @@ still held as the old state, and the one being written); a third block of that s
 when both are in use, and the pool then forgets the oldest (the caller's references keep it alive
 while used). Of sizes it keeps the ``sizes`` (default 8) used last, so calls of ever-changing batch
 sizes (sub-stepping the failed points of each step, say) cannot pile blocks up: an idle model holds
-at most ``keep`` blocks of each of its last ``sizes`` sizes. Blocks under ``min_bytes`` (1 MiB) are
-left to the allocator (small blocks are reused by malloc without page faults). ``release()`` drops every block the pool holds; ``Model(..., reuse_outputs=False)``
-turns the pool off.
+at most ``keep`` blocks of each of its last ``sizes`` sizes. Blocks under ``min_bytes`` (64 KiB) are
+left to the allocator. That threshold was 1 MiB until 2026-11-29, on the belief that malloc reuses
+smaller blocks without page faults; it does not when other large allocations come and go between
+calls (a host's own work, or the benchmark's other routes): glibc gives the freed memory back
+and the next call faults it in again. A Newton model's status at 1e5 points (a bool, an int32 and a
+float64 array: 100, 400 and 800 KB) faulted 261 pages a call that way (j2_voce_af and perzyna_iso
+with the tangent, interleaved with the PyTorch route), none since. ``release()`` drops every block
+the pool holds; ``Model(..., reuse_outputs=False)`` turns the pool off.
 """
 from __future__ import annotations
 
@@ -32,8 +37,8 @@ import torch
 
 __all__ = ["BufferPool", "MIN_BYTES"]
 
-#: blocks below this size are plain ``torch.empty`` (malloc reuses them without page faults)
-MIN_BYTES = 1 << 20
+#: blocks below this size are plain ``torch.empty`` (a pool claim costs about what malloc does)
+MIN_BYTES = 1 << 16
 _ALIGN = 64  # a cache line: what torch's CPU allocator gives, and what streaming stores want
 
 

@@ -110,6 +110,37 @@ def _inputs(B, seed):
             "old_state/internal/ep": torch.zeros(B, dtype=d)}
 
 
+def test_a_newton_models_status_comes_from_the_pool():
+    """j2_voce_af at 70,000 points: its status arrays (converged 70 KB, iterations 280 KB, residual
+    norm 560 KB) are above min_bytes, so a step loop's dropped statuses are reused like its outputs
+    (under the old 1 MiB threshold they came from malloc, which faulted them in again whenever
+    other large allocations had come and gone); the statuses are the same as without reuse."""
+    from modelc.generated import j2_voce_af
+
+    B = 70_000
+    assert B * torch.bool.itemsize >= BufferPool().min_bytes
+    m = j2_voce_af.Model(backend="c")
+    plain = j2_voce_af.Model(backend="c", reuse_outputs=False)
+    g = torch.Generator().manual_seed(5)
+    x = {**_inputs(B, 7), "old_state/internal/X": 10 * torch.randn(B, 6, generator=g, dtype=torch.float64)}
+    ptrs = {0: set(), 1: set(), 2: set()}
+    prev = None
+    for _ in range(6):
+        r = m(x, derivatives="tangent")
+        want = plain(x, derivatives="tangent")
+        assert bool(r.status.converged.all()) and torch.equal(r.status.converged, want.status.converged)
+        assert torch.equal(r.status.iterations, want.status.iterations)
+        assert torch.equal(r.status.residual_norm, want.status.residual_norm)
+        for k, t in enumerate((r.status.converged, r.status.iterations, r.status.residual_norm)):
+            ptrs[k].add(t.data_ptr())
+        prev = r  # noqa: F841 - the old state a step holds while the next one is written
+    assert all(len(p) <= 3 for p in ptrs.values()), {k: len(p) for k, p in ptrs.items()}
+    # from the third call on, each of the five blocks (outputs, tangent, three status arrays) is the
+    # memory of the result two calls back: 4 x 5 reuses (4 x 2 when the statuses came from malloc)
+    assert m._pool.reused >= 20, m._pool.reused
+    assert plain._pool is None
+
+
 def test_a_model_reuses_dropped_results_and_gives_the_same_bits():
     """j2_linear_iso on the C backend, 20,000 points with the tangent (2.9 MB Jacobian): a step loop
     that holds the previous result gets the same numbers with and without reuse; a dropped result's
