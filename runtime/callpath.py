@@ -45,16 +45,22 @@ def allocate(model, B: int, jshape: tuple[int, int] | None) -> Buffers:
         empty = pool.empty
     Y = empty((B, model.output_axis.size), model.dtype)
     J = empty((B, *jshape), model.dtype) if jshape else None
-    return Buffers(Y, J, status_views(empty, B, model.dtype) if model.IMPLICIT else None)
+    status = None
+    if model.IMPLICIT:
+        nbytes = B * (model.dtype.itemsize + 4 + 1)
+        if pool is not None and nbytes >= pool.min_bytes:
+            status = status_views(pool.empty((nbytes,), torch.uint8), B, model.dtype)
+        else:  # (three empty tensors cost less than three views when the caches are cold)
+            status = (empty((B,), torch.bool), empty((B,), torch.int32), empty((B,), model.dtype))
+    return Buffers(Y, J, status)
 
 
-def status_views(empty, B: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(converged, iterations, residual norm)`` of ``B`` points as views of one block from
-    ``empty(shape, dtype)``: the norms first (aligned as the block is), then the int32 counts, then
-    the bools. One claim from the pool instead of three, so a step loop's pool holds three sizes a
+def status_views(raw: torch.Tensor, B: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(converged, iterations, residual norm)`` of ``B`` points as views of one uint8 block
+    ``raw``: the norms first (aligned as the block is), then the int32 counts, then the bools. For a
+    status the pool keeps, one claim instead of three, so a step loop's pool holds three sizes a
     call (outputs, Jacobian, status), not five, and the sizes a sub-stepped call adds fit beside them."""
     n_r, n_i = B * dtype.itemsize, B * 4
-    raw = empty((n_r + n_i + B,), torch.uint8)
     return raw[n_r + n_i:].view(torch.bool), raw[n_r:n_r + n_i].view(torch.int32), raw[:n_r].view(dtype)
 
 
