@@ -23,7 +23,7 @@ left to the allocator. That threshold was 1 MiB until 2026-11-29, on the belief 
 smaller blocks without page faults; it does not when other large allocations come and go between
 calls (a host's own work, or the benchmark's other routes): glibc gives the freed memory back
 and the next call faults it in again. A Newton model's status at 1e5 points (a bool, an int32 and a
-float64 array: 100, 400 and 800 KB) faulted 261 pages a call that way (j2_voce_af and perzyna_iso
+float64 array: 100, 400 and 800 KB) faulted 163-261 pages a call that way (j2_voce_af and perzyna_iso
 with the tangent, interleaved with the PyTorch route), none since. ``release()`` drops every block
 the pool holds; ``Model(..., reuse_outputs=False)`` turns the pool off.
 """
