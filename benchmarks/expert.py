@@ -42,6 +42,7 @@ from typing import Callable
 import torch
 
 from benchmarks import baselines as bl
+from modelc.runtime.bufferpool import kept_empty
 
 MODELS = ("j2_perfect", "j2_linear_iso", "j2_voce_af", "perzyna_iso")
 LANES = 8  #: points a block
@@ -521,7 +522,7 @@ def expert_step(model: str, lanes: int = LANES, params: dict[str, float] | None 
         if [tuple(a.shape) for a in args] != shapes:
             raise ValueError(f"expert {model}: shapes {[tuple(a.shape) for a in args]}, want {shapes}")
         if B not in kept:
-            kept[B] = [torch.empty(B, *bl.SHAPES.get(nm, (6, 6)), dtype=torch.float64) for nm in names]
+            kept[B] = [kept_empty((B, *bl.SHAPES.get(nm, (6, 6))), torch.float64) for nm in names]
         outs = kept[B]
         xs = [a.contiguous() for a in args]
         moved = sum(t.numel() for t in (*xs, *outs[:len(outs) - (not tangent)])) * 8

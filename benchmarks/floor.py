@@ -23,6 +23,8 @@ from typing import Callable
 
 import torch
 
+from modelc.runtime.bufferpool import kept_empty
+
 SOURCE = r"""
 #include <stdint.h>
 #include <stddef.h>
@@ -109,7 +111,7 @@ def floor_steps(want: tuple[torch.Tensor, ...]) -> dict[str, Callable]:
         def step(*args, tangent: bool, fn=fn, kept=kept):
             B = args[0].shape[0]
             if B not in kept:
-                kept[B] = [torch.empty(B, *s, dtype=torch.float64) for s in shapes]
+                kept[B] = [kept_empty((B, *s), torch.float64) for s in shapes]
             outs = kept[B]
             xs = [a.contiguous() for a in args]
             ptr = ctypes.c_int64 * len(xs)

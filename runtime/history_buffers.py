@@ -34,6 +34,7 @@ import torch
 
 from modelc.runtime import callpath
 from modelc.runtime import driver as _driver
+from modelc.runtime.bufferpool import kept_empty
 from modelc.runtime.cbuild import pack_args
 from modelc.runtime.control import ControlOptions, solve_mixed
 
@@ -89,7 +90,10 @@ def record(model: Any, in_shapes: Mapping[str, tuple[int, ...]], out_shapes: Map
     steps, batch = strain.shape[0], strain.shape[1]
     dtype, device = model.dtype, model.device
     axis = model.output_axis
-    Y = torch.empty((steps, batch, axis.size), dtype=dtype, device=device)
+    # (a long history's outputs are tens of MB, written once: on the CPU in huge pages where the
+    # system grants them, which fault in several times faster; modelc.runtime.bufferpool)
+    Y = kept_empty((steps, batch, axis.size), dtype) if device.type == "cpu" else \
+        torch.empty((steps, batch, axis.size), dtype=dtype, device=device)
     rows = {}  # output name -> (steps, batch, *shape) view of Y
     for name, shape in out_shapes.items():
         a, b = axis.span(name)
