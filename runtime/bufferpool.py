@@ -95,9 +95,12 @@ def kept_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     nbytes = dtype.itemsize
     for s in shape:
         nbytes *= int(s)
-    if nbytes < HUGE_MIN_BYTES or not huge_pages():
-        return torch.empty(shape, dtype=dtype)
-    return torch.from_numpy(huge_block(nbytes)).view(dtype).view(shape)
+    if nbytes >= HUGE_MIN_BYTES and huge_pages():
+        try:
+            return torch.from_numpy(huge_block(nbytes)).view(dtype).view(shape)
+        except OSError:  # no mapping granted (address space, limits): the allocator says why
+            pass
+    return torch.empty(shape, dtype=dtype)
 
 
 class BufferPool:
@@ -139,9 +142,13 @@ class BufferPool:
                 blocks.append(b)  # most recently used last
                 self.reused += 1
                 return b
+        block = None
         if nbytes >= HUGE_MIN_BYTES and self.huge:
-            block = huge_block(nbytes)
-        else:
+            try:
+                block = huge_block(nbytes)
+            except OSError:  # no mapping granted (address space, limits): the allocator says why
+                block = None
+        if block is None:
             # the memory comes from torch's allocator, as torch.empty's would; the NumPy view is what
             # we count
             raw = torch.empty(nbytes + _ALIGN, dtype=torch.uint8).numpy()

@@ -251,3 +251,18 @@ def test_results_in_huge_page_blocks_are_those_of_fresh_memory():
         assert torch.equal(r.jacobian.tensor, want.jacobian.tensor)
         assert torch.equal(r.status.iterations, want.status.iterations)
         held.append(r)
+
+
+def test_a_mapping_the_system_refuses_falls_back_to_the_allocator(monkeypatch):
+    from modelc.runtime import bufferpool
+
+    def refuse(nbytes):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(bufferpool, "huge_block", refuse)
+    pool = BufferPool()
+    pool.huge = True
+    t = pool.empty((bufferpool.HUGE_MIN_BYTES // 8,), torch.float64)
+    k = bufferpool.kept_empty((bufferpool.HUGE_MIN_BYTES // 8,), torch.float64)
+    t.fill_(1.0), k.fill_(2.0)
+    assert t.data_ptr() % 64 == 0 and float(t.sum() + k.sum()) == 3.0 * t.numel()
