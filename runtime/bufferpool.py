@@ -34,8 +34,9 @@ on their whole 2 MiB pages, where the kernel's transparent huge pages are ``madv
 writes 2 MiB pages of contiguous physical memory instead of 4 KiB pages from wherever the
 allocator's free memory lies: on the development machine (an AMD EPYC VM) a plain 1e5-point
 tangent call ran 1.16-1.35x faster into such blocks, and the spread between one set of 4 KiB
-buffers and another (up to 25%) was gone (docs/performance.md, "The kind of pages"). A partial last 2 MiB stays in small pages
-(no memory beyond the block's own is backed); ``$MODELC_HUGE_PAGES=0`` turns it off.
+buffers and another (up to 25%) was gone (docs/performance.md, "The kind of pages"). A partial
+last 2 MiB stays in small pages (no memory beyond the block's own is backed);
+``$MODELC_HUGE_PAGES=0`` turns it off.
 """
 from __future__ import annotations
 
