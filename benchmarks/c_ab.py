@@ -32,6 +32,9 @@ j2_voce_af at 1e5 points; benchmarks/results/20261129T020232Z-cpu-status-stores.
   one's buffers the slowest; 300 MB of ballast evened them out once (44, 43, 42). Once the
   hand-written expert's C ran 44 ns instead of 34 with its buffers allocated first; repeated an
   hour later it did not (34 first, 33 last). Compare sources in both orders (ABBA, BAAB).
+  The cause was where each binding's 4 KiB output pages lay: since the runtime's buffer pool maps
+  large results in huge pages (2026-11-29), four bindings of one source ran 36.1, 35.6, 35.6 and
+  35.7 ns a point without ballast (benchmarks/results/20261129T100500Z-cpu-c-ab-page-kinds.md).
 """
 from __future__ import annotations
 
