@@ -325,3 +325,25 @@ def test_two_exported_models_link_into_one_host_and_run_vectorized(tmp_path):
     inputs = {v["name"]: torch.tensor(x[:, v["offset"]:v["offset"] + v["size"]]).squeeze(-1) for v in layout["inputs"]}
     want = m(inputs, derivatives="tangent")
     np.testing.assert_allclose(t.reshape(n, 6, 6), want.jacobian["state/S", "forces/E"].numpy(), rtol=1e-9, atol=1e-6)
+
+
+def test_doc_outputs_alloc_snippet(tmp_path):
+    """The huge-page output allocation of docs/integration.md builds as C99 without warnings and
+    returns 2 MiB aligned memory that can be written."""
+    import sys
+
+    if sys.platform != "linux":
+        pytest.skip("MADV_HUGEPAGE is Linux's; the snippet says so")
+    text = DOC.read_text()
+    src = re.search(r"```c\n(#define _DEFAULT_SOURCE.*?)```", text, re.S)
+    assert src, "docs/integration.md lost its outputs_alloc example"
+    main = ("#include <stdint.h>\n#include <stdio.h>\nint main(void) {\n"
+            "    double *y = outputs_alloc((size_t)5 << 20);\n    if (!y) return 2;\n"
+            "    for (size_t i = 0; i < ((size_t)5 << 20) / 8; ++i) y[i] = (double)i;\n"
+            "    printf(\"%d %g\\n\", (int)((uintptr_t)y % ((size_t)2 << 20)), y[12345]);\n    free(y);\n    return 0;\n}\n")
+    (tmp_path / "alloc.c").write_text(src.group(1) + main)
+    r = subprocess.run([_cc(), "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "alloc.c", "-o", "alloc"],
+                       cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    out = subprocess.run([str(tmp_path / "alloc")], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.split() == ["0", "12345"]
