@@ -2701,13 +2701,15 @@ static void newton_1_lu(
 }
 
 MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int nl, const int V) {
-    if (a->flags & MC_STREAM) {  /* the next block's inputs (mc_prefetch_rows) */
+    if (a->flags & MC_STREAM) {  /* the next block's inputs (mc_prefetch_rows), outputs (mc_prefetch_out) */
         mc_prefetch_rows(a->x[0] + (i0 + MC_W) * a->xs[0], a->xs[0], 6);
         mc_prefetch_rows(a->x[1] + (i0 + MC_W) * a->xs[1], a->xs[1], 1);
         mc_prefetch_rows(a->x[2] + (i0 + MC_W) * a->xs[2], a->xs[2], 1);
         mc_prefetch_rows(a->x[3] + (i0 + MC_W) * a->xs[3], a->xs[3], 6);
         mc_prefetch_rows(a->x[4] + (i0 + MC_W) * a->xs[4], a->xs[4], 1);
         if (a->ps) mc_prefetch_rows(a->p + (i0 + MC_W) * a->ps, a->ps, 3);
+        mc_prefetch_out(a->y, a->ys, i0 + 2 * MC_W);
+        mc_prefetch_out(a->j, a->js, i0 + 2 * MC_W);
     }
     real v_x0[6 * MC_W];
     mc_load(v_x0, a->x[0] + i0 * a->xs[0], a->xs[0], 6, nl);

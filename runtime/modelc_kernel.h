@@ -717,6 +717,17 @@ MC_INLINE void mc_prefetch_rows(const real *restrict x, const int64_t xs, const 
     }
 }
 
+/* in a call that streams its outputs, the last line of rows i - MC_W .. i - 1 of an output array (the
+   block after this one; one it shares with the block after that where rows do not end on a line)
+   fetched for writing while this block computes: the page walks of 4 KiB pages and the read for
+   ownership of a shared line are done before that block's stores come. Measured on an AMD EPYC VM
+   (2026-11-29, 1e5 points, 1 thread, docs/performance.md): tangent calls into 4 KiB pages
+   1.01-1.28x faster, level with huge pages; into huge pages 0.99-1.07x (values 0.97-1.03x); a C
+   host's malloc'd (16-byte aligned) outputs 1.1-2.6x. */
+MC_INLINE void mc_prefetch_out(const real *restrict y, const int64_t ys, const int64_t i) {
+    if (y && ys) __builtin_prefetch(y + i * ys - 1, 1, 3);  /* never faults, past the end too */
+}
+
 /* a block's status (implicit models): converged flags, iteration counts, residual norms. In a call
    that streams its outputs, a full block's counts and norms go out as whole cache lines with
    streaming stores too, and the flags (a byte a point: a line holds the flags of several blocks, so

@@ -576,8 +576,10 @@ def _block_function(code: _Code, program: ir.Program, layout: Layout) -> str:
              for v, (var, _) in enumerate(layout.axis_inputs())]
     if layout.param_columns():
         fetch.append(f"    if (a->ps) mc_prefetch_rows(a->p + (i0 + MC_W) * a->ps, a->ps, {layout.np});")
-    if fetch:
-        stage += ["if (a->flags & MC_STREAM) {  /* the next block's inputs (mc_prefetch_rows) */", *fetch, "}"]
+    # and the output lines the block after it starts writing (mc_prefetch_out)
+    fetch += ["    mc_prefetch_out(a->y, a->ys, i0 + 2 * MC_W);", "    mc_prefetch_out(a->j, a->js, i0 + 2 * MC_W);"]
+    stage += ["if (a->flags & MC_STREAM) {  /* the next block's inputs (mc_prefetch_rows), outputs (mc_prefetch_out) */",
+              *fetch, "}"]
     for v, (var, _) in enumerate(layout.axis_inputs()):
         stage.append(f"real v_x{v}[{len(var.symbols)} * MC_W];")
         stage.append(f"mc_load(v_x{v}, a->x[{v}] + i0 * a->xs[{v}], a->xs[{v}], {len(var.symbols)}, nl);")

@@ -340,7 +340,8 @@ def test_streaming_stores_write_what_regular_stores_write(library, monkeypatch, 
     past a cache line (the lines a block shares with its neighbours are written with regular stores),
     and outputs with a row stride wider than a row (the regular path), with every entry written
     (poisoned buffers: NaN, -1 iterations, and flags 0 where every point converges). A streaming
-    call also prefetches the next block's input rows and per-point parameters (mc_prefetch_rows):
+    call also prefetches the next block's input rows and per-point parameters (mc_prefetch_rows)
+    and, for writing, the last output line of the block after it (mc_prefetch_out, past the end too):
     inputs as column views of one array (rows wider than their components) and as contiguous
     copies, its outputs are the same bits."""
     mod = library[name]
