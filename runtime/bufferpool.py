@@ -88,20 +88,36 @@ def huge_block(nbytes: int) -> np.ndarray:
     return whole[skip:skip + nbytes]
 
 
-def kept_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """An uninitialised CPU tensor in memory as the pool would give it (huge pages advised from
-    :data:`HUGE_MIN_BYTES` where :func:`huge_pages`, else ``torch.empty``): for buffers a caller
-    keeps and writes every call (the benchmark's memory floor and hand-written updates, so that they
-    stream into the same kind of memory as modelc's results)."""
+def _fresh_block(nbytes: int, huge: bool) -> np.ndarray:
+    """``nbytes`` of new memory as a uint8 array: a :func:`huge_block` when ``huge`` and the block
+    is :data:`HUGE_MIN_BYTES` or more (unless the system refuses the mapping), else from torch's
+    allocator, as ``torch.empty``'s would be, 64-byte aligned."""
+    if huge and nbytes >= HUGE_MIN_BYTES:
+        try:
+            return huge_block(nbytes)
+        except OSError:  # no mapping granted (address space, limits): the allocator says why
+            pass
+    raw = torch.empty(nbytes + _ALIGN, dtype=torch.uint8).numpy()
+    skip = (-raw.ctypes.data) % _ALIGN
+    return raw[skip:skip + nbytes]  # a view: keeps `raw` (and its tensor) alive
+
+
+def _nbytes(shape: tuple[int, ...], dtype: torch.dtype) -> int:
     nbytes = dtype.itemsize
     for s in shape:
         nbytes *= int(s)
-    if nbytes >= HUGE_MIN_BYTES and huge_pages():
-        try:
-            return torch.from_numpy(huge_block(nbytes)).view(dtype).view(shape)
-        except OSError:  # no mapping granted (address space, limits): the allocator says why
-            pass
-    return torch.empty(shape, dtype=dtype)
+    return nbytes
+
+
+def kept_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised CPU tensor in memory as the pool would give it (huge pages advised from
+    :data:`HUGE_MIN_BYTES` where :func:`huge_pages`): for buffers a caller keeps and writes every
+    call (the history driver's outputs; the benchmark's memory floor and hand-written updates, so
+    that they stream into the same kind of memory as modelc's results)."""
+    nbytes = _nbytes(shape, dtype)
+    if nbytes < HUGE_MIN_BYTES or not huge_pages():
+        return torch.empty(shape, dtype=dtype)  # (a plain tensor, as before huge pages)
+    return torch.from_numpy(_fresh_block(nbytes, True)).view(dtype).view(shape)
 
 
 class BufferPool:
@@ -118,9 +134,7 @@ class BufferPool:
 
     def empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         """An uninitialised CPU tensor of ``shape`` and ``dtype`` (contiguous, 64-byte aligned)."""
-        nbytes = dtype.itemsize
-        for s in shape:
-            nbytes *= int(s)
+        nbytes = _nbytes(shape, dtype)
         if nbytes < self.min_bytes:
             return torch.empty(shape, dtype=dtype)
         with self._lock:
@@ -143,18 +157,7 @@ class BufferPool:
                 blocks.append(b)  # most recently used last
                 self.reused += 1
                 return b
-        block = None
-        if nbytes >= HUGE_MIN_BYTES and self.huge:
-            try:
-                block = huge_block(nbytes)
-            except OSError:  # no mapping granted (address space, limits): the allocator says why
-                block = None
-        if block is None:
-            # the memory comes from torch's allocator, as torch.empty's would; the NumPy view is what
-            # we count
-            raw = torch.empty(nbytes + _ALIGN, dtype=torch.uint8).numpy()
-            skip = (-raw.ctypes.data) % _ALIGN
-            block = raw[skip:skip + nbytes]  # a view: keeps `raw` (and its tensor) alive
+        block = _fresh_block(nbytes, self.huge)  # (the NumPy array is what the counts read)
         blocks.append(block)
         if len(blocks) > self.keep:
             blocks.pop(0)  # forget the oldest (its users keep it alive while they need it)
