@@ -8,7 +8,7 @@
    whenever what a model's source relies on here changes. */
 #ifndef MODELC_KERNEL_H
 #define MODELC_KERNEL_H
-#define MC_KERNEL_ABI 4
+#define MC_KERNEL_ABI 5
 #if !defined(NIN) || !defined(NP) || !defined(NY) || !defined(MC_NEWTON)
 #error "modelc_kernel.h: define NIN, NP, NY and MC_NEWTON before including it"
 #endif
@@ -35,6 +35,16 @@ typedef double real;
 #define MC_INLINE static inline __attribute__((always_inline))
 #else
 #define MC_INLINE static inline
+#endif
+/* the top of each iteration of a Newton over a system, whose step is built after the block's
+   convergence test (modelc.backends.c_backend.SPLIT_MIN_UNKNOWNS): the compiler moves no memory
+   access across it. Without it GCC 12 (with cbuild's NEWTON_FLAGS) moved work between the iterations
+   of perzyna_iso_coupled's solve and ran the call 1.6x slower; with it, 4% faster than the one loop
+   before (benchmarks/results/20261129T122500Z-cpu-newton-test-first.md). No instruction. */
+#if defined(__GNUC__)
+#define MC_ITERATION_FENCE __asm__ volatile("" ::: "memory")
+#else
+#define MC_ITERATION_FENCE ((void)0)
 #endif
 
 /* Points are evaluated in blocks of MC_W lanes: every per-point statement sits in a loop over the

@@ -342,12 +342,17 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
         start.ops += [(None, f"v_{code.name(ls.alpha)}[l]", "(real)1"),
                       (None, f"v_{code.name(ls.prev)}[l]", "MC_INF")]
         start.ops += [(None, f"v_{code.name(v)}[l]", code.name(u)) for v, u in zip(ls.u, st.unknowns)]
-    # one iteration on every lane; a lane that has stopped keeps its unknowns and status
-    step = _Loop([(a.target, None, a.value) for a in variant])
+    # one iteration on every lane; a lane that has stopped keeps its unknowns and status. A system
+    # without a line search tests every lane before it builds the step: the Jacobian and the solve
+    # run after the block's test, in a loop of their own, so the evaluation that ends the solve (all
+    # lanes converged) builds none (SPLIT_MIN_UNKNOWNS)
+    parts, test = code.base.convergence_parts(st, rn0, k)
+    split = ls is None and n >= SPLIT_MIN_UNKNOWNS
+    tested = _needed(variant, [*st.residual, test, *(e for _, e in parts)]) if split else variant
+    step = _Loop([(a.target, None, a.value) for a in tested])
     step.ops += [(r, None, e) for r, e in zip(res, st.residual)]
     step.ops.append((st.residual_norm, None, code.base.residual_norm(res)))
     step.ops.append((rn0, None, f"it == 0 ? {rn} : v_{r0}[l]"))
-    parts, test = code.base.convergence_parts(st, rn0, k)
     for sym, e in parts:
         code.types[sym] = "int"
         step.ops.append((sym, None, e))
@@ -363,16 +368,22 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
     else:  # at most mc_maxit accepted steps a lane; a halved step is not one
         step.ops += _line_search_test(code, st, ls, code.name(ok), rn)
     steps, update = [step], None
+    go = "mc_act[l]" if split else "mc_go"  # (a later loop reads what the test stored)
+    if split:
+        chosen = set(map(id, tested))
+        steps.append(_Call(["int mc_any = 0;", "MC_LANES mc_any |= mc_act[l];", "if (!mc_any) break;"]))
+        steps.append(_Loop([(a.target, None, a.value) for a in variant if id(a) not in chosen]))
     if n == 1:  # one unknown: the step in the same loop (no call, nothing staged)
         dx = sp.Symbol(f"nt{k}.dx", real=True)
         if st.curvature:  # a Halley step (one formula for every backend)
-            step.ops += [(a.target, None, a.value)
-                         for a in halley_step(res[0], st.jacobian[0][0], st.curvature[0], dx, f"nt{k}")]
+            steps[-1].ops += [(a.target, None, a.value)
+                              for a in halley_step(res[0], st.jacobian[0][0], st.curvature[0], dx, f"nt{k}")]
         else:
-            step.ops += _unrolled_solve(code, st.jacobian, ((-res[0],),), ((dx,),), f"nt{k}", code.defs)
+            steps[-1].ops += _unrolled_solve(code, st.jacobian, ((-res[0],),), ((dx,),), f"nt{k}", code.defs)
         x = f"v_{code.name(st.unknowns[0])}[l]"
         if ls is None:
-            step.ops += [(None, x, f"mc_go ? {x} + {code.name(dx)} : {x}"), (None, f"v_{its}[l]", f"v_{its}[l] + mc_go")]
+            steps[-1].ops += [(None, x, f"{go} ? {x} + {code.name(dx)} : {x}"),
+                              (None, f"v_{its}[l]", f"v_{its}[l] + {go}")]
         else:
             step.ops += _line_search_step(code, st, ls, (code.name(dx),), "mc_back", its)
     else:
@@ -385,8 +396,8 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
             if ls is None:
                 for u, d in zip(st.unknowns, dx):
                     x = f"v_{code.name(u)}[l]"
-                    unrolled.ops.append((None, x, f"mc_go ? {x} + {code.name(d)} : {x}"))
-                unrolled.ops.append((None, f"v_{its}[l]", f"v_{its}[l] + mc_go"))
+                    unrolled.ops.append((None, x, f"{go} ? {x} + {code.name(d)} : {x}"))
+                unrolled.ops.append((None, f"v_{its}[l]", f"v_{its}[l] + {go}"))
             else:  # (fused with the step loop: mc_go and mc_back are in scope)
                 unrolled.ops += _line_search_step(code, st, ls, tuple(code.name(d) for d in dx), "mc_back", its)
             steps.append(unrolled)
@@ -411,10 +422,11 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
                     f"{code.expr(sp.Float(st.solver.rtol, 17))}, ((real){float(RTOL_FLOOR_EPS)!r}) * MC_EPS);",
                     f"const real {code.name(atol)} = a->atol >= 0 ? a->atol : {code.expr(sp.Float(st.solver.atol, 17))};",
                     f"const int mc_maxit = a->maxit >= 0 ? a->maxit : {int(st.solver.max_iter)};",
-                    "for (int it = 0; ; ++it) {"], (rtol, atol)),
-             *steps,
-             _Call(["int mc_any = 0;  /* (an omp simd reduction would keep the loop above scalar) */",
-                    "MC_LANES mc_any |= mc_act[l];", "if (!mc_any) break;"])]
+                    "for (int it = 0; ; ++it) {", *(["MC_ITERATION_FENCE;"] if split else [])], (rtol, atol)),
+             *steps]
+    if not split:
+        items.append(_Call(["int mc_any = 0;  /* (an omp simd reduction would keep the loop above scalar) */",
+                            "MC_LANES mc_any |= mc_act[l];", "if (!mc_any) break;"]))
     if update is not None:
         items += [_Call([f"mc_lu_solve({n}, 1, mc_A, mc_B, 0);"], mask=LU), update]
     items.append(_Call(["}"]))
@@ -453,6 +465,17 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
              *("    " + x for x in wrapped(f"{body}(", names + [str(LU)], ");")), "}"]
     code.functions.append("\n".join(text))
     return code.fallbacks[st] if fallback else fname
+
+
+def _needed(assigns: list, exprs: list) -> list:
+    """The assignments of ``assigns`` (in order) that ``exprs`` read, directly or through others."""
+    need = set().union(*(_reads(e) for e in exprs))
+    keep = []
+    for a in reversed(assigns):
+        if a.target in need:
+            need |= _reads(a.value)
+            keep.append(a)
+    return keep[::-1]
 
 
 def _line_search_test(code: "_Code", st: ir.Newton, ls, ok: str, rn: str) -> list:
@@ -516,6 +539,9 @@ def _unrolled_solve(code: "_Code", A, B, targets, prefix: str, defs) -> list:
 #: every step), so no point is lost to a guarded pivot. A larger system, and every other linear
 #: solve (the tangent's, once per point), calls ``mc_lu_solve``. Measured: docs/backends.md.
 UNROLL_MAX = 24
+#: a Newton of this many unknowns or more tests its lanes in one loop and builds the Jacobian and
+#: the step in the next, after the block's test: the evaluation that ends a solve builds none
+SPLIT_MIN_UNKNOWNS = 1
 
 
 GUARD_CHUNK = 4  # comparisons per assignment of a pivot guard (lines of a few hundred characters)

@@ -176,7 +176,7 @@ def test_scalar_solves_are_inline():
     # lanes that fail: one body, newton_1_iterate, the unrolled step under V & 2 and the LU under
     # V & 1, which newton_1 and newton_1_lu call with those constants); its tangent's solve calls the LU
     body = _c_function(coupled, "newton_1_iterate")
-    assert "if (V & 2) v_state_internal_Ep_0[l] = mc_go ? v_state_internal_Ep_0[l] + nt1_dx_0" in body
+    assert "if (V & 2) v_state_internal_Ep_0[l] = mc_act[l] ? v_state_internal_Ep_0[l] + nt1_dx_0" in body
     assert "if (V & 1) {\n        mc_lu_solve(7, 1, mc_A, mc_B, 0);" in body
     assert "mc_lu_solve(" not in _c_function(coupled, "newton_1") and ", a, 2);" in _c_function(coupled, "newton_1")
     call = _c_function(coupled, "newton_1_lu").split(") {", 1)[1]  # (its body: the call)
@@ -217,7 +217,7 @@ def test_newton_step_unrolled_and_lu_agree(cache_dir, tmp_path, monkeypatch):
     assert "mc_lu_solve(13, 1, mc_A, mc_B, 0)" in _c_function(mods["lu"].C_SOURCE, "newton_1")
     assert "newton_1_lu" not in mods["lu"].C_SOURCE
     unrolled = _c_function(mods["unrolled"].C_SOURCE, "newton_1_iterate")  # (the step under V & 2)
-    assert "if (V & 2) v_state_u12[l] = mc_go ? v_state_u12[l] + nt1_dx_12" in unrolled
+    assert "if (V & 2) v_state_u12[l] = mc_act[l] ? v_state_u12[l] + nt1_dx_12" in unrolled
     g = torch.Generator().manual_seed(5)
     x = {f"forces/b{i}": torch.randn(40, generator=g, dtype=torch.float64) * 3 for i in range(13)}
     x.update({f"old_state/u{i}": torch.zeros(40, dtype=torch.float64) for i in range(13)})
@@ -229,6 +229,55 @@ def test_newton_step_unrolled_and_lu_agree(cache_dir, tmp_path, monkeypatch):
         assert _rel(r.outputs.tensor, ref.outputs.tensor) < 1e-13, tag
         assert _rel(r.jacobian.tensor, ref.jacobian.tensor) < 1e-12, tag
     assert _rel(outs["unrolled"].outputs.tensor, outs["lu"].outputs.tensor) < 1e-13
+
+
+@needs_cc
+def test_a_system_builds_its_step_after_the_blocks_test(cache_dir, tmp_path, monkeypatch):
+    """A Newton over a system tests its lanes in one loop and builds the Jacobian and the step in the
+    next, after the block's test, so the evaluation that ends a solve (every lane converged) builds
+    none: the same arithmetic, so the same bits as the one loop it replaced (SPLIT_MIN_UNKNOWNS above
+    the system's size), outputs, iterations, residual norms and the tangent, on the unrolled step
+    and on the LU fallback; a scalar Newton (the radial returns) is split the same way."""
+    import importlib
+
+    from backend_programs import newton_system
+    from modelc.backends import c_backend
+    from modelc.backends.module import emit_module, write_atomic
+    from modelc.cache import import_file
+
+    _, full = newton_system(9, "newton9split")
+    mods = {}
+    for tag, smin, umax in (("split", 2, c_backend.UNROLL_MAX), ("one", 10, c_backend.UNROLL_MAX),
+                            ("split-lu", 2, 8), ("one-lu", 10, 8)):
+        monkeypatch.setattr(c_backend, "SPLIT_MIN_UNKNOWNS", smin)
+        monkeypatch.setattr(c_backend, "UNROLL_MAX", umax)
+        path = tmp_path / f"newton9_{tag.replace('-', '_')}.py"
+        write_atomic(path, emit_module(full))
+        mods[tag] = import_file(path, f"c_newton9_{tag.replace('-', '_')}")
+    split = _c_function(mods["split"].C_SOURCE, "newton_1_iterate")
+    loop = split[split.index("for (int it = 0; ; ++it) {"):]
+    assert loop.startswith("for (int it = 0; ; ++it) {\n    MC_ITERATION_FENCE;")
+    test = loop.index("if (!mc_any) break;")
+    assert test < loop.index("mc_A[0 * MC_W + l] =") and test < loop.index("nt1_dx_0 =")
+    one = _c_function(mods["one"].C_SOURCE, "newton_1_iterate")
+    assert "MC_ITERATION_FENCE" not in one and one.index("nt1_dx_0 =") < one.index("if (!mc_any) break;")
+    lu = _c_function(mods["split-lu"].C_SOURCE, "newton_1")
+    assert lu.index("if (!mc_any) break;") < lu.index("mc_A[0 * MC_W + l] =") < lu.index("mc_lu_solve(9, 1, mc_A")
+    g = torch.Generator().manual_seed(11)
+    x = {f"forces/b{i}": torch.randn(37, generator=g, dtype=torch.float64) * 3 for i in range(9)}
+    x.update({f"old_state/u{i}": torch.zeros(37, dtype=torch.float64) for i in range(9)})
+    outs = {tag: mod.Model(backend="c")(x, derivatives=True) for tag, mod in mods.items()}
+    for a, b in (("split", "one"), ("split-lu", "one-lu")):
+        assert outs[a].status.all_converged and int(outs[a].status.iterations.max()) >= 2
+        assert torch.equal(outs[a].outputs.tensor, outs[b].outputs.tensor), a
+        assert torch.equal(outs[a].jacobian.tensor, outs[b].jacobian.tensor), a
+        assert torch.equal(outs[a].status.iterations, outs[b].status.iterations), a
+        assert torch.equal(outs[a].status.residual_norm, outs[b].status.residual_norm), a
+    # a scalar Newton the same (j2_voce_af's Halley step: its J and H after the test)
+    scalar = _c_function(importlib.import_module("modelc.generated.j2_voce_af").C_SOURCE, "newton_1")
+    loop = scalar[scalar.index("for (int it = 0; ; ++it) {"):]
+    assert loop.startswith("for (int it = 0; ; ++it) {\n    MC_ITERATION_FENCE;")
+    assert loop.index("if (!mc_any) break;") < loop.index("const real nt1_dx =")
 
 
 def _tangent_by_parameter_program(n: int, name: str):
@@ -316,7 +365,7 @@ def test_newton_step_pivots_where_at_risk(cache_dir, tmp_path, dtype):
     path = tmp_path / f"newton_pivot_{str(dtype)[-2:]}.py"
     write_atomic(path, emit_module(full))
     mod = import_file(path, f"c_newton_pivot_{str(dtype)[-2:]}")
-    assert "if (V & 2) v_state_u0[l] = mc_go ?" in _c_function(mod.C_SOURCE, "newton_1_iterate")
+    assert "if (V & 2) v_state_u0[l] = mc_act[l] ?" in _c_function(mod.C_SOURCE, "newton_1_iterate")
     eps = torch.tensor([0.0, 1e-30, -1e-20, 1e-9, 0.5, 2.0, -0.25, 0.0, 3.0], dtype=torch.float64)
     g = torch.Generator().manual_seed(8)
     b = torch.randn(9, 3, generator=g, dtype=torch.float64)
