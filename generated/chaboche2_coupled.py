@@ -7731,227 +7731,228 @@ if triton is not None:
             nt1_scaled9 = (nt1_scaled8 & (tl.abs(nt1_r_18) <= (nt1_rtol * tl.where((K13 - ncse_440) > 0.0, ncse_440, K8))))
             chaboche2_return_map_converged = chaboche2_return_map_converged | (nt1_scaled9 | (chaboche2_return_map_residual_norm <= nt1_atol))
             update1 = (~chaboche2_return_map_converged) & (it1 < maxit1) & (chaboche2_return_map_residual_norm < float("inf"))
-            nt1_1 = (K2 + (ncse_97 * (-ncse_87 - ncse_95)))
-            nt1_2 = (-K10 * ncse_117 * ncse_119)
-            nt1_3 = (K2 + (ncse_97 * (-ncse_134 - ncse_135)))
-            nt1_4 = (-ncse_146 * ncse_47)
-            nt1_5 = (K2 + (ncse_97 * (-ncse_157 - ncse_158)))
-            nt1_6 = (-ncse_146 * ncse_48)
-            nt1_7 = (K2 + (ncse_97 * (-ncse_172 - ncse_174)))
-            nt1_8 = (-ncse_16 * ncse_182)
-            nt1_9 = (K2 + (ncse_97 * (-ncse_189 - ncse_190)))
-            nt1_10 = (-K5 * ncse_119 * ncse_193)
-            nt1_11 = (K2 + (ncse_97 * (-ncse_198 - ncse_199)))
-            nt1_12 = (-ncse_182 * ncse_22)
-            nt1_13 = (-ncse_14 * ncse_204)
-            nt1_14 = (-ncse_204 * ncse_47)
-            nt1_15 = (-ncse_204 * ncse_48)
-            nt1_16 = (-ncse_16 * ncse_207)
-            nt1_17 = (-ncse_177 * ncse_206 * ncse_91)
-            nt1_18 = (-ncse_207 * ncse_22)
-            nt1_19 = (K2 - (ncse_118 * ncse_208))
-            nt1_20 = (ncse_97 * (-ncse_220 - (ncse_58 * ncse_87)))
-            nt1_21 = (ncse_97 * (-ncse_221 - ncse_222))
-            nt1_22 = (ncse_97 * (-ncse_223 - ncse_224))
-            nt1_23 = (ncse_227 * ncse_7)
-            nt1_24 = (ncse_228 * ncse_7)
-            nt1_25 = (ncse_229 * ncse_7)
-            nt1_26 = (-ncse_181 * ncse_52)
-            nt1_27 = (K2 + (ncse_96 * (ncse_231 + (ncse_41 * (ncse_230 + (ncse_58 * ncse_86))))))
-            nt1_28 = (ncse_96 * (ncse_231 + (ncse_121 * ncse_58)))
-            nt1_29 = (ncse_97 * (-ncse_221 - ncse_237))
-            nt1_30 = (ncse_97 * (-ncse_238 - (ncse_134 * ncse_58)))
-            nt1_31 = (ncse_97 * (-ncse_239 - ncse_240))
-            nt1_32 = (ncse_242 * ncse_7)
-            nt1_33 = (ncse_243 * ncse_7)
-            nt1_34 = (ncse_244 * ncse_7)
-            nt1_35 = (-ncse_181 * ncse_54)
-            nt1_36 = (K2 + (ncse_96 * (ncse_246 + (ncse_41 * (ncse_230 + (ncse_133 * ncse_58))))))
-            nt1_37 = (ncse_96 * (ncse_246 + (ncse_147 * ncse_58)))
-            nt1_38 = (ncse_97 * (-ncse_223 - ncse_250))
-            nt1_39 = (ncse_97 * (-ncse_239 - ncse_251))
-            nt1_40 = (ncse_97 * (-ncse_252 - (ncse_157 * ncse_58)))
-            nt1_41 = (ncse_254 * ncse_7)
-            nt1_42 = (ncse_255 * ncse_7)
-            nt1_43 = (ncse_256 * ncse_7)
-            nt1_44 = (-ncse_181 * ncse_56)
-            nt1_45 = (K2 + (ncse_96 * (ncse_259 + (ncse_41 * (ncse_230 + (ncse_156 * ncse_58))))))
-            nt1_46 = (ncse_96 * (ncse_259 + (ncse_163 * ncse_58)))
-            nt1_47 = (ncse_263 * ncse_7)
-            nt1_48 = (ncse_264 * ncse_7)
-            nt1_49 = (ncse_265 * ncse_7)
-            nt1_50 = (ncse_97 * (-ncse_267 - (ncse_172 * ncse_58)))
-            nt1_51 = (ncse_271 * ncse_7)
-            nt1_52 = (ncse_272 * ncse_7)
-            nt1_53 = (-ncse_181 * ncse_60)
-            nt1_54 = (K2 + (ncse_96 * (ncse_273 + (ncse_41 * (ncse_230 + (ncse_171 * ncse_58))))))
-            nt1_55 = (ncse_96 * (ncse_273 + (ncse_183 * ncse_58)))
-            nt1_56 = (ncse_276 * ncse_7)
-            nt1_57 = (ncse_277 * ncse_7)
-            nt1_58 = (ncse_278 * ncse_7)
-            nt1_59 = (ncse_282 * ncse_7)
-            nt1_60 = (ncse_97 * (-ncse_283 - (ncse_189 * ncse_58)))
-            nt1_61 = (ncse_284 * ncse_7)
-            nt1_62 = (-ncse_181 * ncse_62)
-            nt1_63 = (K2 + (ncse_96 * (ncse_285 + (ncse_41 * (ncse_230 + (ncse_188 * ncse_58))))))
-            nt1_64 = (ncse_96 * (ncse_285 + (ncse_194 * ncse_58)))
-            nt1_65 = (ncse_288 * ncse_7)
-            nt1_66 = (ncse_289 * ncse_7)
-            nt1_67 = (ncse_290 * ncse_7)
-            nt1_68 = (ncse_293 * ncse_7)
-            nt1_69 = (ncse_294 * ncse_7)
-            nt1_70 = (ncse_97 * (-ncse_295 - (ncse_198 * ncse_58)))
-            nt1_71 = (-ncse_181 * ncse_64)
-            nt1_72 = (K2 + (ncse_96 * (ncse_296 + (ncse_41 * (ncse_230 + (ncse_197 * ncse_58))))))
-            nt1_73 = (ncse_96 * (ncse_296 + (ncse_200 * ncse_58)))
-            nt1_74 = (ncse_97 * (-ncse_299 - (ncse_73 * ncse_87)))
-            nt1_75 = (ncse_97 * (-ncse_300 - ncse_301))
-            nt1_76 = (ncse_97 * (-ncse_302 - ncse_303))
-            nt1_77 = (ncse_306 * ncse_7)
-            nt1_78 = (ncse_307 * ncse_7)
-            nt1_79 = (ncse_308 * ncse_7)
-            nt1_80 = (-ncse_181 * ncse_67)
-            nt1_81 = (ncse_96 * (ncse_309 + (ncse_121 * ncse_73)))
-            nt1_82 = (K2 + (ncse_96 * (ncse_309 + (ncse_41 * (ncse_314 + (ncse_73 * ncse_86))))))
-            nt1_83 = (ncse_97 * (-ncse_300 - ncse_316))
-            nt1_84 = (ncse_97 * (-ncse_317 - (ncse_134 * ncse_73)))
-            nt1_85 = (ncse_97 * (-ncse_318 - ncse_319))
-            nt1_86 = (ncse_321 * ncse_7)
-            nt1_87 = (ncse_322 * ncse_7)
-            nt1_88 = (ncse_323 * ncse_7)
-            nt1_89 = (-ncse_181 * ncse_69)
-            nt1_90 = (ncse_96 * (ncse_325 + (ncse_147 * ncse_73)))
-            nt1_91 = (K2 + (ncse_96 * (ncse_325 + (ncse_41 * (ncse_314 + (ncse_133 * ncse_73))))))
-            nt1_92 = (ncse_97 * (-ncse_302 - ncse_329))
-            nt1_93 = (ncse_97 * (-ncse_318 - ncse_330))
-            nt1_94 = (ncse_97 * (-ncse_331 - (ncse_157 * ncse_73)))
-            nt1_95 = (ncse_333 * ncse_7)
-            nt1_96 = (ncse_334 * ncse_7)
-            nt1_97 = (ncse_335 * ncse_7)
-            nt1_98 = (-ncse_181 * ncse_71)
-            nt1_99 = (ncse_96 * (ncse_338 + (ncse_163 * ncse_73)))
-            nt1_100 = (K2 + (ncse_96 * (ncse_338 + (ncse_41 * (ncse_314 + (ncse_156 * ncse_73))))))
-            nt1_101 = (ncse_342 * ncse_7)
-            nt1_102 = (ncse_343 * ncse_7)
-            nt1_103 = (ncse_344 * ncse_7)
-            nt1_104 = (ncse_97 * (-ncse_346 - (ncse_172 * ncse_73)))
-            nt1_105 = (ncse_349 * ncse_7)
-            nt1_106 = (ncse_350 * ncse_7)
-            nt1_107 = (-ncse_181 * ncse_75)
-            nt1_108 = (ncse_96 * (ncse_351 + (ncse_183 * ncse_73)))
-            nt1_109 = (K2 + (ncse_96 * (ncse_351 + (ncse_41 * (ncse_314 + (ncse_171 * ncse_73))))))
-            nt1_110 = (ncse_354 * ncse_7)
-            nt1_111 = (ncse_355 * ncse_7)
-            nt1_112 = (ncse_356 * ncse_7)
-            nt1_113 = (ncse_360 * ncse_7)
-            nt1_114 = (ncse_97 * (-ncse_361 - (ncse_189 * ncse_73)))
-            nt1_115 = (ncse_362 * ncse_7)
-            nt1_116 = (-ncse_181 * ncse_77)
-            nt1_117 = (ncse_96 * (ncse_363 + (ncse_194 * ncse_73)))
-            nt1_118 = (K2 + (ncse_96 * (ncse_363 + (ncse_41 * (ncse_314 + (ncse_188 * ncse_73))))))
-            nt1_119 = (ncse_366 * ncse_7)
-            nt1_120 = (ncse_367 * ncse_7)
-            nt1_121 = (ncse_368 * ncse_7)
-            nt1_122 = (ncse_371 * ncse_7)
-            nt1_123 = (ncse_372 * ncse_7)
-            nt1_124 = (ncse_97 * (-ncse_373 - (ncse_198 * ncse_73)))
-            nt1_125 = (-ncse_181 * ncse_79)
-            nt1_126 = (ncse_96 * (ncse_374 + (ncse_200 * ncse_73)))
-            nt1_127 = (K2 + (ncse_96 * (ncse_374 + (ncse_41 * (ncse_314 + (ncse_197 * ncse_73))))))
-            nt1_lu = _triton_lu1(
-                nt1_1, ncse_104, ncse_108, ncse_113, ncse_114, ncse_115, nt1_2, ncse_122, ncse_124, ncse_126,
-                ncse_129, ncse_130, ncse_131, ncse_122, ncse_124, ncse_126, ncse_129, ncse_130, ncse_131,
-                ncse_104, nt1_3, ncse_140, ncse_142, ncse_143, ncse_144, nt1_4, ncse_124, ncse_148, ncse_150,
-                ncse_152, ncse_153, ncse_154, ncse_124, ncse_148, ncse_150, ncse_152, ncse_153, ncse_154,
-                ncse_108, ncse_140, nt1_5, ncse_160, ncse_161, ncse_162, nt1_6, ncse_126, ncse_150, ncse_164,
-                ncse_166, ncse_167, ncse_168, ncse_126, ncse_150, ncse_164, ncse_166, ncse_167, ncse_168,
-                ncse_113, ncse_142, ncse_160, nt1_7, ncse_178, ncse_180, nt1_8, ncse_129, ncse_152, ncse_166,
-                ncse_184, ncse_186, ncse_187, ncse_129, ncse_152, ncse_166, ncse_184, ncse_186, ncse_187,
-                ncse_114, ncse_143, ncse_161, ncse_178, nt1_9, ncse_192, nt1_10, ncse_130, ncse_153, ncse_167,
-                ncse_186, ncse_195, ncse_196, ncse_130, ncse_153, ncse_167, ncse_186, ncse_195, ncse_196,
-                ncse_115, ncse_144, ncse_162, ncse_180, ncse_192, nt1_11, nt1_12, ncse_131, ncse_154, ncse_168,
-                ncse_187, ncse_196, ncse_201, ncse_131, ncse_154, ncse_168, ncse_187, ncse_196, ncse_201,
-                nt1_13, nt1_14, nt1_15, nt1_16, nt1_17, nt1_18, nt1_19, ncse_209, ncse_211, ncse_212, ncse_214,
-                ncse_215, ncse_216, ncse_209, ncse_211, ncse_212, ncse_214, ncse_215, ncse_216, nt1_20, nt1_21,
-                nt1_22, nt1_23, nt1_24, nt1_25, nt1_26, nt1_27, ncse_233, ncse_235, ncse_227, ncse_228,
-                ncse_229, nt1_28, ncse_233, ncse_235, ncse_227, ncse_228, ncse_229, nt1_29, nt1_30, nt1_31,
-                nt1_32, nt1_33, nt1_34, nt1_35, ncse_245, nt1_36, ncse_248, ncse_242, ncse_243, ncse_244,
-                ncse_245, nt1_37, ncse_248, ncse_242, ncse_243, ncse_244, nt1_38, nt1_39, nt1_40, nt1_41,
-                nt1_42, nt1_43, nt1_44, ncse_257, ncse_258, nt1_45, ncse_254, ncse_255, ncse_256, ncse_257,
-                ncse_258, nt1_46, ncse_254, ncse_255, ncse_256, nt1_47, nt1_48, nt1_49, nt1_50, nt1_51, nt1_52,
-                nt1_53, ncse_263, ncse_264, ncse_265, nt1_54, ncse_271, ncse_272, ncse_263, ncse_264, ncse_265,
-                nt1_55, ncse_271, ncse_272, nt1_56, nt1_57, nt1_58, nt1_59, nt1_60, nt1_61, nt1_62, ncse_276,
-                ncse_277, ncse_278, ncse_282, nt1_63, ncse_284, ncse_276, ncse_277, ncse_278, ncse_282, nt1_64,
-                ncse_284, nt1_65, nt1_66, nt1_67, nt1_68, nt1_69, nt1_70, nt1_71, ncse_288, ncse_289, ncse_290,
-                ncse_293, ncse_294, nt1_72, ncse_288, ncse_289, ncse_290, ncse_293, ncse_294, nt1_73, nt1_74,
-                nt1_75, nt1_76, nt1_77, nt1_78, nt1_79, nt1_80, nt1_81, ncse_311, ncse_313, ncse_306, ncse_307,
-                ncse_308, nt1_82, ncse_311, ncse_313, ncse_306, ncse_307, ncse_308, nt1_83, nt1_84, nt1_85,
-                nt1_86, nt1_87, nt1_88, nt1_89, ncse_324, nt1_90, ncse_327, ncse_321, ncse_322, ncse_323,
-                ncse_324, nt1_91, ncse_327, ncse_321, ncse_322, ncse_323, nt1_92, nt1_93, nt1_94, nt1_95,
-                nt1_96, nt1_97, nt1_98, ncse_336, ncse_337, nt1_99, ncse_333, ncse_334, ncse_335, ncse_336,
-                ncse_337, nt1_100, ncse_333, ncse_334, ncse_335, nt1_101, nt1_102, nt1_103, nt1_104, nt1_105,
-                nt1_106, nt1_107, ncse_342, ncse_343, ncse_344, nt1_108, ncse_349, ncse_350, ncse_342,
-                ncse_343, ncse_344, nt1_109, ncse_349, ncse_350, nt1_110, nt1_111, nt1_112, nt1_113, nt1_114,
-                nt1_115, nt1_116, ncse_354, ncse_355, ncse_356, ncse_360, nt1_117, ncse_362, ncse_354,
-                ncse_355, ncse_356, ncse_360, nt1_118, ncse_362, nt1_119, nt1_120, nt1_121, nt1_122, nt1_123,
-                nt1_124, nt1_125, ncse_366, ncse_367, ncse_368, ncse_371, ncse_372, nt1_126, ncse_366,
-                ncse_367, ncse_368, ncse_371, ncse_372, nt1_127, DTYPE)
-            nt1_128 = (-nt1_r_0)
-            nt1_129 = (-nt1_r_1)
-            nt1_130 = (-nt1_r_2)
-            nt1_131 = (-nt1_r_3)
-            nt1_132 = (-nt1_r_4)
-            nt1_133 = (-nt1_r_5)
-            nt1_134 = (-nt1_r_6)
-            nt1_135 = (-nt1_r_7)
-            nt1_136 = (-nt1_r_8)
-            nt1_137 = (-nt1_r_9)
-            nt1_138 = (-nt1_r_10)
-            nt1_139 = (-nt1_r_11)
-            nt1_140 = (-nt1_r_12)
-            nt1_141 = (-nt1_r_13)
-            nt1_142 = (-nt1_r_14)
-            nt1_143 = (-nt1_r_15)
-            nt1_144 = (-nt1_r_16)
-            nt1_145 = (-nt1_r_17)
-            nt1_146 = (-nt1_r_18)
-            (
-                nt1_147, nt1_148, nt1_149, nt1_150, nt1_151, nt1_152, nt1_153, nt1_154, nt1_155, nt1_156,
-                nt1_157, nt1_158, nt1_159, nt1_160, nt1_161, nt1_162, nt1_163, nt1_164, nt1_165,
-            ) = _triton_lu1_forward1(
-                nt1_lu, nt1_128, nt1_129, nt1_130, nt1_131, nt1_132, nt1_133, nt1_134, nt1_135, nt1_136,
-                nt1_137, nt1_138, nt1_139, nt1_140, nt1_141, nt1_142, nt1_143, nt1_144, nt1_145, nt1_146,
-                DTYPE)
-            (
-                nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5, nt1_du_6, nt1_du_7, nt1_du_8,
-                nt1_du_9, nt1_du_10, nt1_du_11, nt1_du_12, nt1_du_13, nt1_du_14, nt1_du_15, nt1_du_16,
-                nt1_du_17, nt1_du_18,
-            ) = _triton_lu1_back1(
-                nt1_lu, nt1_147, nt1_148, nt1_149, nt1_150, nt1_151, nt1_152, nt1_153, nt1_154, nt1_155,
-                nt1_156, nt1_157, nt1_158, nt1_159, nt1_160, nt1_161, nt1_162, nt1_163, nt1_164, nt1_165,
-                DTYPE)
-            state_internal_Ep_0 = tl.where(update1, state_internal_Ep_0 + nt1_du_0, state_internal_Ep_0)
-            state_internal_Ep_1 = tl.where(update1, state_internal_Ep_1 + nt1_du_1, state_internal_Ep_1)
-            state_internal_Ep_2 = tl.where(update1, state_internal_Ep_2 + nt1_du_2, state_internal_Ep_2)
-            state_internal_Ep_3 = tl.where(update1, state_internal_Ep_3 + nt1_du_3, state_internal_Ep_3)
-            state_internal_Ep_4 = tl.where(update1, state_internal_Ep_4 + nt1_du_4, state_internal_Ep_4)
-            state_internal_Ep_5 = tl.where(update1, state_internal_Ep_5 + nt1_du_5, state_internal_Ep_5)
-            state_internal_ep = tl.where(update1, state_internal_ep + nt1_du_6, state_internal_ep)
-            state_internal_X1_0 = tl.where(update1, state_internal_X1_0 + nt1_du_7, state_internal_X1_0)
-            state_internal_X1_1 = tl.where(update1, state_internal_X1_1 + nt1_du_8, state_internal_X1_1)
-            state_internal_X1_2 = tl.where(update1, state_internal_X1_2 + nt1_du_9, state_internal_X1_2)
-            state_internal_X1_3 = tl.where(update1, state_internal_X1_3 + nt1_du_10, state_internal_X1_3)
-            state_internal_X1_4 = tl.where(update1, state_internal_X1_4 + nt1_du_11, state_internal_X1_4)
-            state_internal_X1_5 = tl.where(update1, state_internal_X1_5 + nt1_du_12, state_internal_X1_5)
-            state_internal_X2_0 = tl.where(update1, state_internal_X2_0 + nt1_du_13, state_internal_X2_0)
-            state_internal_X2_1 = tl.where(update1, state_internal_X2_1 + nt1_du_14, state_internal_X2_1)
-            state_internal_X2_2 = tl.where(update1, state_internal_X2_2 + nt1_du_15, state_internal_X2_2)
-            state_internal_X2_3 = tl.where(update1, state_internal_X2_3 + nt1_du_16, state_internal_X2_3)
-            state_internal_X2_4 = tl.where(update1, state_internal_X2_4 + nt1_du_17, state_internal_X2_4)
-            state_internal_X2_5 = tl.where(update1, state_internal_X2_5 + nt1_du_18, state_internal_X2_5)
-            chaboche2_return_map_iterations = chaboche2_return_map_iterations + update1.to(tl.int32)
-            it1 += 1
             todo1 = tl.sum(update1.to(tl.int32), axis=0)
+            if todo1 > 0:
+                nt1_1 = (K2 + (ncse_97 * (-ncse_87 - ncse_95)))
+                nt1_2 = (-K10 * ncse_117 * ncse_119)
+                nt1_3 = (K2 + (ncse_97 * (-ncse_134 - ncse_135)))
+                nt1_4 = (-ncse_146 * ncse_47)
+                nt1_5 = (K2 + (ncse_97 * (-ncse_157 - ncse_158)))
+                nt1_6 = (-ncse_146 * ncse_48)
+                nt1_7 = (K2 + (ncse_97 * (-ncse_172 - ncse_174)))
+                nt1_8 = (-ncse_16 * ncse_182)
+                nt1_9 = (K2 + (ncse_97 * (-ncse_189 - ncse_190)))
+                nt1_10 = (-K5 * ncse_119 * ncse_193)
+                nt1_11 = (K2 + (ncse_97 * (-ncse_198 - ncse_199)))
+                nt1_12 = (-ncse_182 * ncse_22)
+                nt1_13 = (-ncse_14 * ncse_204)
+                nt1_14 = (-ncse_204 * ncse_47)
+                nt1_15 = (-ncse_204 * ncse_48)
+                nt1_16 = (-ncse_16 * ncse_207)
+                nt1_17 = (-ncse_177 * ncse_206 * ncse_91)
+                nt1_18 = (-ncse_207 * ncse_22)
+                nt1_19 = (K2 - (ncse_118 * ncse_208))
+                nt1_20 = (ncse_97 * (-ncse_220 - (ncse_58 * ncse_87)))
+                nt1_21 = (ncse_97 * (-ncse_221 - ncse_222))
+                nt1_22 = (ncse_97 * (-ncse_223 - ncse_224))
+                nt1_23 = (ncse_227 * ncse_7)
+                nt1_24 = (ncse_228 * ncse_7)
+                nt1_25 = (ncse_229 * ncse_7)
+                nt1_26 = (-ncse_181 * ncse_52)
+                nt1_27 = (K2 + (ncse_96 * (ncse_231 + (ncse_41 * (ncse_230 + (ncse_58 * ncse_86))))))
+                nt1_28 = (ncse_96 * (ncse_231 + (ncse_121 * ncse_58)))
+                nt1_29 = (ncse_97 * (-ncse_221 - ncse_237))
+                nt1_30 = (ncse_97 * (-ncse_238 - (ncse_134 * ncse_58)))
+                nt1_31 = (ncse_97 * (-ncse_239 - ncse_240))
+                nt1_32 = (ncse_242 * ncse_7)
+                nt1_33 = (ncse_243 * ncse_7)
+                nt1_34 = (ncse_244 * ncse_7)
+                nt1_35 = (-ncse_181 * ncse_54)
+                nt1_36 = (K2 + (ncse_96 * (ncse_246 + (ncse_41 * (ncse_230 + (ncse_133 * ncse_58))))))
+                nt1_37 = (ncse_96 * (ncse_246 + (ncse_147 * ncse_58)))
+                nt1_38 = (ncse_97 * (-ncse_223 - ncse_250))
+                nt1_39 = (ncse_97 * (-ncse_239 - ncse_251))
+                nt1_40 = (ncse_97 * (-ncse_252 - (ncse_157 * ncse_58)))
+                nt1_41 = (ncse_254 * ncse_7)
+                nt1_42 = (ncse_255 * ncse_7)
+                nt1_43 = (ncse_256 * ncse_7)
+                nt1_44 = (-ncse_181 * ncse_56)
+                nt1_45 = (K2 + (ncse_96 * (ncse_259 + (ncse_41 * (ncse_230 + (ncse_156 * ncse_58))))))
+                nt1_46 = (ncse_96 * (ncse_259 + (ncse_163 * ncse_58)))
+                nt1_47 = (ncse_263 * ncse_7)
+                nt1_48 = (ncse_264 * ncse_7)
+                nt1_49 = (ncse_265 * ncse_7)
+                nt1_50 = (ncse_97 * (-ncse_267 - (ncse_172 * ncse_58)))
+                nt1_51 = (ncse_271 * ncse_7)
+                nt1_52 = (ncse_272 * ncse_7)
+                nt1_53 = (-ncse_181 * ncse_60)
+                nt1_54 = (K2 + (ncse_96 * (ncse_273 + (ncse_41 * (ncse_230 + (ncse_171 * ncse_58))))))
+                nt1_55 = (ncse_96 * (ncse_273 + (ncse_183 * ncse_58)))
+                nt1_56 = (ncse_276 * ncse_7)
+                nt1_57 = (ncse_277 * ncse_7)
+                nt1_58 = (ncse_278 * ncse_7)
+                nt1_59 = (ncse_282 * ncse_7)
+                nt1_60 = (ncse_97 * (-ncse_283 - (ncse_189 * ncse_58)))
+                nt1_61 = (ncse_284 * ncse_7)
+                nt1_62 = (-ncse_181 * ncse_62)
+                nt1_63 = (K2 + (ncse_96 * (ncse_285 + (ncse_41 * (ncse_230 + (ncse_188 * ncse_58))))))
+                nt1_64 = (ncse_96 * (ncse_285 + (ncse_194 * ncse_58)))
+                nt1_65 = (ncse_288 * ncse_7)
+                nt1_66 = (ncse_289 * ncse_7)
+                nt1_67 = (ncse_290 * ncse_7)
+                nt1_68 = (ncse_293 * ncse_7)
+                nt1_69 = (ncse_294 * ncse_7)
+                nt1_70 = (ncse_97 * (-ncse_295 - (ncse_198 * ncse_58)))
+                nt1_71 = (-ncse_181 * ncse_64)
+                nt1_72 = (K2 + (ncse_96 * (ncse_296 + (ncse_41 * (ncse_230 + (ncse_197 * ncse_58))))))
+                nt1_73 = (ncse_96 * (ncse_296 + (ncse_200 * ncse_58)))
+                nt1_74 = (ncse_97 * (-ncse_299 - (ncse_73 * ncse_87)))
+                nt1_75 = (ncse_97 * (-ncse_300 - ncse_301))
+                nt1_76 = (ncse_97 * (-ncse_302 - ncse_303))
+                nt1_77 = (ncse_306 * ncse_7)
+                nt1_78 = (ncse_307 * ncse_7)
+                nt1_79 = (ncse_308 * ncse_7)
+                nt1_80 = (-ncse_181 * ncse_67)
+                nt1_81 = (ncse_96 * (ncse_309 + (ncse_121 * ncse_73)))
+                nt1_82 = (K2 + (ncse_96 * (ncse_309 + (ncse_41 * (ncse_314 + (ncse_73 * ncse_86))))))
+                nt1_83 = (ncse_97 * (-ncse_300 - ncse_316))
+                nt1_84 = (ncse_97 * (-ncse_317 - (ncse_134 * ncse_73)))
+                nt1_85 = (ncse_97 * (-ncse_318 - ncse_319))
+                nt1_86 = (ncse_321 * ncse_7)
+                nt1_87 = (ncse_322 * ncse_7)
+                nt1_88 = (ncse_323 * ncse_7)
+                nt1_89 = (-ncse_181 * ncse_69)
+                nt1_90 = (ncse_96 * (ncse_325 + (ncse_147 * ncse_73)))
+                nt1_91 = (K2 + (ncse_96 * (ncse_325 + (ncse_41 * (ncse_314 + (ncse_133 * ncse_73))))))
+                nt1_92 = (ncse_97 * (-ncse_302 - ncse_329))
+                nt1_93 = (ncse_97 * (-ncse_318 - ncse_330))
+                nt1_94 = (ncse_97 * (-ncse_331 - (ncse_157 * ncse_73)))
+                nt1_95 = (ncse_333 * ncse_7)
+                nt1_96 = (ncse_334 * ncse_7)
+                nt1_97 = (ncse_335 * ncse_7)
+                nt1_98 = (-ncse_181 * ncse_71)
+                nt1_99 = (ncse_96 * (ncse_338 + (ncse_163 * ncse_73)))
+                nt1_100 = (K2 + (ncse_96 * (ncse_338 + (ncse_41 * (ncse_314 + (ncse_156 * ncse_73))))))
+                nt1_101 = (ncse_342 * ncse_7)
+                nt1_102 = (ncse_343 * ncse_7)
+                nt1_103 = (ncse_344 * ncse_7)
+                nt1_104 = (ncse_97 * (-ncse_346 - (ncse_172 * ncse_73)))
+                nt1_105 = (ncse_349 * ncse_7)
+                nt1_106 = (ncse_350 * ncse_7)
+                nt1_107 = (-ncse_181 * ncse_75)
+                nt1_108 = (ncse_96 * (ncse_351 + (ncse_183 * ncse_73)))
+                nt1_109 = (K2 + (ncse_96 * (ncse_351 + (ncse_41 * (ncse_314 + (ncse_171 * ncse_73))))))
+                nt1_110 = (ncse_354 * ncse_7)
+                nt1_111 = (ncse_355 * ncse_7)
+                nt1_112 = (ncse_356 * ncse_7)
+                nt1_113 = (ncse_360 * ncse_7)
+                nt1_114 = (ncse_97 * (-ncse_361 - (ncse_189 * ncse_73)))
+                nt1_115 = (ncse_362 * ncse_7)
+                nt1_116 = (-ncse_181 * ncse_77)
+                nt1_117 = (ncse_96 * (ncse_363 + (ncse_194 * ncse_73)))
+                nt1_118 = (K2 + (ncse_96 * (ncse_363 + (ncse_41 * (ncse_314 + (ncse_188 * ncse_73))))))
+                nt1_119 = (ncse_366 * ncse_7)
+                nt1_120 = (ncse_367 * ncse_7)
+                nt1_121 = (ncse_368 * ncse_7)
+                nt1_122 = (ncse_371 * ncse_7)
+                nt1_123 = (ncse_372 * ncse_7)
+                nt1_124 = (ncse_97 * (-ncse_373 - (ncse_198 * ncse_73)))
+                nt1_125 = (-ncse_181 * ncse_79)
+                nt1_126 = (ncse_96 * (ncse_374 + (ncse_200 * ncse_73)))
+                nt1_127 = (K2 + (ncse_96 * (ncse_374 + (ncse_41 * (ncse_314 + (ncse_197 * ncse_73))))))
+                nt1_lu = _triton_lu1(
+                    nt1_1, ncse_104, ncse_108, ncse_113, ncse_114, ncse_115, nt1_2, ncse_122, ncse_124, ncse_126,
+                    ncse_129, ncse_130, ncse_131, ncse_122, ncse_124, ncse_126, ncse_129, ncse_130, ncse_131,
+                    ncse_104, nt1_3, ncse_140, ncse_142, ncse_143, ncse_144, nt1_4, ncse_124, ncse_148, ncse_150,
+                    ncse_152, ncse_153, ncse_154, ncse_124, ncse_148, ncse_150, ncse_152, ncse_153, ncse_154,
+                    ncse_108, ncse_140, nt1_5, ncse_160, ncse_161, ncse_162, nt1_6, ncse_126, ncse_150, ncse_164,
+                    ncse_166, ncse_167, ncse_168, ncse_126, ncse_150, ncse_164, ncse_166, ncse_167, ncse_168,
+                    ncse_113, ncse_142, ncse_160, nt1_7, ncse_178, ncse_180, nt1_8, ncse_129, ncse_152, ncse_166,
+                    ncse_184, ncse_186, ncse_187, ncse_129, ncse_152, ncse_166, ncse_184, ncse_186, ncse_187,
+                    ncse_114, ncse_143, ncse_161, ncse_178, nt1_9, ncse_192, nt1_10, ncse_130, ncse_153, ncse_167,
+                    ncse_186, ncse_195, ncse_196, ncse_130, ncse_153, ncse_167, ncse_186, ncse_195, ncse_196,
+                    ncse_115, ncse_144, ncse_162, ncse_180, ncse_192, nt1_11, nt1_12, ncse_131, ncse_154, ncse_168,
+                    ncse_187, ncse_196, ncse_201, ncse_131, ncse_154, ncse_168, ncse_187, ncse_196, ncse_201,
+                    nt1_13, nt1_14, nt1_15, nt1_16, nt1_17, nt1_18, nt1_19, ncse_209, ncse_211, ncse_212, ncse_214,
+                    ncse_215, ncse_216, ncse_209, ncse_211, ncse_212, ncse_214, ncse_215, ncse_216, nt1_20, nt1_21,
+                    nt1_22, nt1_23, nt1_24, nt1_25, nt1_26, nt1_27, ncse_233, ncse_235, ncse_227, ncse_228,
+                    ncse_229, nt1_28, ncse_233, ncse_235, ncse_227, ncse_228, ncse_229, nt1_29, nt1_30, nt1_31,
+                    nt1_32, nt1_33, nt1_34, nt1_35, ncse_245, nt1_36, ncse_248, ncse_242, ncse_243, ncse_244,
+                    ncse_245, nt1_37, ncse_248, ncse_242, ncse_243, ncse_244, nt1_38, nt1_39, nt1_40, nt1_41,
+                    nt1_42, nt1_43, nt1_44, ncse_257, ncse_258, nt1_45, ncse_254, ncse_255, ncse_256, ncse_257,
+                    ncse_258, nt1_46, ncse_254, ncse_255, ncse_256, nt1_47, nt1_48, nt1_49, nt1_50, nt1_51, nt1_52,
+                    nt1_53, ncse_263, ncse_264, ncse_265, nt1_54, ncse_271, ncse_272, ncse_263, ncse_264, ncse_265,
+                    nt1_55, ncse_271, ncse_272, nt1_56, nt1_57, nt1_58, nt1_59, nt1_60, nt1_61, nt1_62, ncse_276,
+                    ncse_277, ncse_278, ncse_282, nt1_63, ncse_284, ncse_276, ncse_277, ncse_278, ncse_282, nt1_64,
+                    ncse_284, nt1_65, nt1_66, nt1_67, nt1_68, nt1_69, nt1_70, nt1_71, ncse_288, ncse_289, ncse_290,
+                    ncse_293, ncse_294, nt1_72, ncse_288, ncse_289, ncse_290, ncse_293, ncse_294, nt1_73, nt1_74,
+                    nt1_75, nt1_76, nt1_77, nt1_78, nt1_79, nt1_80, nt1_81, ncse_311, ncse_313, ncse_306, ncse_307,
+                    ncse_308, nt1_82, ncse_311, ncse_313, ncse_306, ncse_307, ncse_308, nt1_83, nt1_84, nt1_85,
+                    nt1_86, nt1_87, nt1_88, nt1_89, ncse_324, nt1_90, ncse_327, ncse_321, ncse_322, ncse_323,
+                    ncse_324, nt1_91, ncse_327, ncse_321, ncse_322, ncse_323, nt1_92, nt1_93, nt1_94, nt1_95,
+                    nt1_96, nt1_97, nt1_98, ncse_336, ncse_337, nt1_99, ncse_333, ncse_334, ncse_335, ncse_336,
+                    ncse_337, nt1_100, ncse_333, ncse_334, ncse_335, nt1_101, nt1_102, nt1_103, nt1_104, nt1_105,
+                    nt1_106, nt1_107, ncse_342, ncse_343, ncse_344, nt1_108, ncse_349, ncse_350, ncse_342,
+                    ncse_343, ncse_344, nt1_109, ncse_349, ncse_350, nt1_110, nt1_111, nt1_112, nt1_113, nt1_114,
+                    nt1_115, nt1_116, ncse_354, ncse_355, ncse_356, ncse_360, nt1_117, ncse_362, ncse_354,
+                    ncse_355, ncse_356, ncse_360, nt1_118, ncse_362, nt1_119, nt1_120, nt1_121, nt1_122, nt1_123,
+                    nt1_124, nt1_125, ncse_366, ncse_367, ncse_368, ncse_371, ncse_372, nt1_126, ncse_366,
+                    ncse_367, ncse_368, ncse_371, ncse_372, nt1_127, DTYPE)
+                nt1_128 = (-nt1_r_0)
+                nt1_129 = (-nt1_r_1)
+                nt1_130 = (-nt1_r_2)
+                nt1_131 = (-nt1_r_3)
+                nt1_132 = (-nt1_r_4)
+                nt1_133 = (-nt1_r_5)
+                nt1_134 = (-nt1_r_6)
+                nt1_135 = (-nt1_r_7)
+                nt1_136 = (-nt1_r_8)
+                nt1_137 = (-nt1_r_9)
+                nt1_138 = (-nt1_r_10)
+                nt1_139 = (-nt1_r_11)
+                nt1_140 = (-nt1_r_12)
+                nt1_141 = (-nt1_r_13)
+                nt1_142 = (-nt1_r_14)
+                nt1_143 = (-nt1_r_15)
+                nt1_144 = (-nt1_r_16)
+                nt1_145 = (-nt1_r_17)
+                nt1_146 = (-nt1_r_18)
+                (
+                    nt1_147, nt1_148, nt1_149, nt1_150, nt1_151, nt1_152, nt1_153, nt1_154, nt1_155, nt1_156,
+                    nt1_157, nt1_158, nt1_159, nt1_160, nt1_161, nt1_162, nt1_163, nt1_164, nt1_165,
+                ) = _triton_lu1_forward1(
+                    nt1_lu, nt1_128, nt1_129, nt1_130, nt1_131, nt1_132, nt1_133, nt1_134, nt1_135, nt1_136,
+                    nt1_137, nt1_138, nt1_139, nt1_140, nt1_141, nt1_142, nt1_143, nt1_144, nt1_145, nt1_146,
+                    DTYPE)
+                (
+                    nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5, nt1_du_6, nt1_du_7, nt1_du_8,
+                    nt1_du_9, nt1_du_10, nt1_du_11, nt1_du_12, nt1_du_13, nt1_du_14, nt1_du_15, nt1_du_16,
+                    nt1_du_17, nt1_du_18,
+                ) = _triton_lu1_back1(
+                    nt1_lu, nt1_147, nt1_148, nt1_149, nt1_150, nt1_151, nt1_152, nt1_153, nt1_154, nt1_155,
+                    nt1_156, nt1_157, nt1_158, nt1_159, nt1_160, nt1_161, nt1_162, nt1_163, nt1_164, nt1_165,
+                    DTYPE)
+                state_internal_Ep_0 = tl.where(update1, state_internal_Ep_0 + nt1_du_0, state_internal_Ep_0)
+                state_internal_Ep_1 = tl.where(update1, state_internal_Ep_1 + nt1_du_1, state_internal_Ep_1)
+                state_internal_Ep_2 = tl.where(update1, state_internal_Ep_2 + nt1_du_2, state_internal_Ep_2)
+                state_internal_Ep_3 = tl.where(update1, state_internal_Ep_3 + nt1_du_3, state_internal_Ep_3)
+                state_internal_Ep_4 = tl.where(update1, state_internal_Ep_4 + nt1_du_4, state_internal_Ep_4)
+                state_internal_Ep_5 = tl.where(update1, state_internal_Ep_5 + nt1_du_5, state_internal_Ep_5)
+                state_internal_ep = tl.where(update1, state_internal_ep + nt1_du_6, state_internal_ep)
+                state_internal_X1_0 = tl.where(update1, state_internal_X1_0 + nt1_du_7, state_internal_X1_0)
+                state_internal_X1_1 = tl.where(update1, state_internal_X1_1 + nt1_du_8, state_internal_X1_1)
+                state_internal_X1_2 = tl.where(update1, state_internal_X1_2 + nt1_du_9, state_internal_X1_2)
+                state_internal_X1_3 = tl.where(update1, state_internal_X1_3 + nt1_du_10, state_internal_X1_3)
+                state_internal_X1_4 = tl.where(update1, state_internal_X1_4 + nt1_du_11, state_internal_X1_4)
+                state_internal_X1_5 = tl.where(update1, state_internal_X1_5 + nt1_du_12, state_internal_X1_5)
+                state_internal_X2_0 = tl.where(update1, state_internal_X2_0 + nt1_du_13, state_internal_X2_0)
+                state_internal_X2_1 = tl.where(update1, state_internal_X2_1 + nt1_du_14, state_internal_X2_1)
+                state_internal_X2_2 = tl.where(update1, state_internal_X2_2 + nt1_du_15, state_internal_X2_2)
+                state_internal_X2_3 = tl.where(update1, state_internal_X2_3 + nt1_du_16, state_internal_X2_3)
+                state_internal_X2_4 = tl.where(update1, state_internal_X2_4 + nt1_du_17, state_internal_X2_4)
+                state_internal_X2_5 = tl.where(update1, state_internal_X2_5 + nt1_du_18, state_internal_X2_5)
+                chaboche2_return_map_iterations = chaboche2_return_map_iterations + update1.to(tl.int32)
+            it1 += 1
         return (
             state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
             state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X1_0,

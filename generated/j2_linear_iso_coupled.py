@@ -1571,56 +1571,57 @@ if triton is not None:
             nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * tl.where((K11 - ncse_120) > 0.0, ncse_120, K8))) & (tl.abs(nt1_r_7) <= (nt1_rtol * tl.where((K11 - ncse_121) > 0.0, ncse_121, K8))))
             j2_linear_iso_return_map_converged = j2_linear_iso_return_map_converged | (nt1_scaled3 | (j2_linear_iso_return_map_residual_norm <= nt1_atol))
             update1 = (~j2_linear_iso_return_map_converged) & (it1 < maxit1) & (j2_linear_iso_return_map_residual_norm < float("inf"))
-            nt1_1 = (K1 - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_12 * ncse_12)))))
-            nt1_2 = (ncse_32 * ncse_55)
-            nt1_3 = (K1 - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_34 * ncse_34)))))
-            nt1_4 = (ncse_34 * ncse_69)
-            nt1_5 = (K1 - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_35 * ncse_35)))))
-            nt1_6 = (ncse_35 * ncse_69)
-            nt1_7 = (K1 - (ncse_49 * (-ncse_75 - (ncse_18 * ncse_76))))
-            nt1_8 = (ncse_16 * ncse_82)
-            nt1_9 = (K1 - (ncse_49 * (-ncse_75 - (ncse_21 * ncse_76))))
-            nt1_10 = (ncse_20 * ncse_82)
-            nt1_11 = (K1 - (ncse_49 * (-ncse_75 - (ncse_24 * ncse_76))))
-            nt1_12 = (ncse_23 * ncse_82)
-            nt1_13 = (-ncse_12 * ncse_87)
-            nt1_14 = (-ncse_34 * ncse_87)
-            nt1_15 = (-ncse_35 * ncse_87)
-            nt1_16 = (-ncse_54 * ncse_88)
-            nt1_17 = (-ncse_20 * ncse_89)
-            nt1_18 = (-ncse_23 * ncse_89)
-            nt1_19 = (-K6 * p_K * ncse_85)
-            nt1_20 = (ncse_36 * ncse_84)
-            nt1_lu = _triton_lu1(
-                nt1_1, ncse_52, ncse_53, ncse_58, ncse_60, ncse_61, nt1_2, ncse_52, nt1_3, ncse_62, ncse_65,
-                ncse_67, ncse_68, nt1_4, ncse_53, ncse_62, nt1_5, ncse_71, ncse_73, ncse_74, nt1_6, ncse_58,
-                ncse_65, ncse_71, nt1_7, ncse_80, ncse_81, nt1_8, ncse_60, ncse_67, ncse_73, ncse_80, nt1_9,
-                ncse_83, nt1_10, ncse_61, ncse_68, ncse_74, ncse_81, ncse_83, nt1_11, nt1_12, ncse_126, nt1_13,
-                nt1_14, nt1_15, nt1_16, nt1_17, nt1_18, nt1_19, nt1_20, DTYPE)
-            nt1_21 = (-nt1_r_0)
-            nt1_22 = (-nt1_r_1)
-            nt1_23 = (-nt1_r_2)
-            nt1_24 = (-nt1_r_3)
-            nt1_25 = (-nt1_r_4)
-            nt1_26 = (-nt1_r_5)
-            nt1_27 = (-nt1_r_6)
-            nt1_28 = (-nt1_r_7)
-            (nt1_29, nt1_30, nt1_31, nt1_32, nt1_33, nt1_34, nt1_35, nt1_36) = _triton_lu1_forward1(
-                nt1_lu, nt1_21, nt1_22, nt1_23, nt1_24, nt1_25, nt1_26, nt1_27, nt1_28, DTYPE)
-            (
-                nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5, nt1_du_6, nt1_du_7,
-            ) = _triton_lu1_back1(nt1_lu, nt1_29, nt1_30, nt1_31, nt1_32, nt1_33, nt1_34, nt1_35, nt1_36, DTYPE)
-            state_internal_Ep_0 = tl.where(update1, state_internal_Ep_0 + nt1_du_0, state_internal_Ep_0)
-            state_internal_Ep_1 = tl.where(update1, state_internal_Ep_1 + nt1_du_1, state_internal_Ep_1)
-            state_internal_Ep_2 = tl.where(update1, state_internal_Ep_2 + nt1_du_2, state_internal_Ep_2)
-            state_internal_Ep_3 = tl.where(update1, state_internal_Ep_3 + nt1_du_3, state_internal_Ep_3)
-            state_internal_Ep_4 = tl.where(update1, state_internal_Ep_4 + nt1_du_4, state_internal_Ep_4)
-            state_internal_Ep_5 = tl.where(update1, state_internal_Ep_5 + nt1_du_5, state_internal_Ep_5)
-            state_internal_ep = tl.where(update1, state_internal_ep + nt1_du_6, state_internal_ep)
-            state_internal_gamma_rate = tl.where(update1, state_internal_gamma_rate + nt1_du_7, state_internal_gamma_rate)
-            j2_linear_iso_return_map_iterations = j2_linear_iso_return_map_iterations + update1.to(tl.int32)
-            it1 += 1
             todo1 = tl.sum(update1.to(tl.int32), axis=0)
+            if todo1 > 0:
+                nt1_1 = (K1 - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_12 * ncse_12)))))
+                nt1_2 = (ncse_32 * ncse_55)
+                nt1_3 = (K1 - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_34 * ncse_34)))))
+                nt1_4 = (ncse_34 * ncse_69)
+                nt1_5 = (K1 - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_35 * ncse_35)))))
+                nt1_6 = (ncse_35 * ncse_69)
+                nt1_7 = (K1 - (ncse_49 * (-ncse_75 - (ncse_18 * ncse_76))))
+                nt1_8 = (ncse_16 * ncse_82)
+                nt1_9 = (K1 - (ncse_49 * (-ncse_75 - (ncse_21 * ncse_76))))
+                nt1_10 = (ncse_20 * ncse_82)
+                nt1_11 = (K1 - (ncse_49 * (-ncse_75 - (ncse_24 * ncse_76))))
+                nt1_12 = (ncse_23 * ncse_82)
+                nt1_13 = (-ncse_12 * ncse_87)
+                nt1_14 = (-ncse_34 * ncse_87)
+                nt1_15 = (-ncse_35 * ncse_87)
+                nt1_16 = (-ncse_54 * ncse_88)
+                nt1_17 = (-ncse_20 * ncse_89)
+                nt1_18 = (-ncse_23 * ncse_89)
+                nt1_19 = (-K6 * p_K * ncse_85)
+                nt1_20 = (ncse_36 * ncse_84)
+                nt1_lu = _triton_lu1(
+                    nt1_1, ncse_52, ncse_53, ncse_58, ncse_60, ncse_61, nt1_2, ncse_52, nt1_3, ncse_62, ncse_65,
+                    ncse_67, ncse_68, nt1_4, ncse_53, ncse_62, nt1_5, ncse_71, ncse_73, ncse_74, nt1_6, ncse_58,
+                    ncse_65, ncse_71, nt1_7, ncse_80, ncse_81, nt1_8, ncse_60, ncse_67, ncse_73, ncse_80, nt1_9,
+                    ncse_83, nt1_10, ncse_61, ncse_68, ncse_74, ncse_81, ncse_83, nt1_11, nt1_12, ncse_126, nt1_13,
+                    nt1_14, nt1_15, nt1_16, nt1_17, nt1_18, nt1_19, nt1_20, DTYPE)
+                nt1_21 = (-nt1_r_0)
+                nt1_22 = (-nt1_r_1)
+                nt1_23 = (-nt1_r_2)
+                nt1_24 = (-nt1_r_3)
+                nt1_25 = (-nt1_r_4)
+                nt1_26 = (-nt1_r_5)
+                nt1_27 = (-nt1_r_6)
+                nt1_28 = (-nt1_r_7)
+                (nt1_29, nt1_30, nt1_31, nt1_32, nt1_33, nt1_34, nt1_35, nt1_36) = _triton_lu1_forward1(
+                    nt1_lu, nt1_21, nt1_22, nt1_23, nt1_24, nt1_25, nt1_26, nt1_27, nt1_28, DTYPE)
+                (
+                    nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5, nt1_du_6, nt1_du_7,
+                ) = _triton_lu1_back1(nt1_lu, nt1_29, nt1_30, nt1_31, nt1_32, nt1_33, nt1_34, nt1_35, nt1_36, DTYPE)
+                state_internal_Ep_0 = tl.where(update1, state_internal_Ep_0 + nt1_du_0, state_internal_Ep_0)
+                state_internal_Ep_1 = tl.where(update1, state_internal_Ep_1 + nt1_du_1, state_internal_Ep_1)
+                state_internal_Ep_2 = tl.where(update1, state_internal_Ep_2 + nt1_du_2, state_internal_Ep_2)
+                state_internal_Ep_3 = tl.where(update1, state_internal_Ep_3 + nt1_du_3, state_internal_Ep_3)
+                state_internal_Ep_4 = tl.where(update1, state_internal_Ep_4 + nt1_du_4, state_internal_Ep_4)
+                state_internal_Ep_5 = tl.where(update1, state_internal_Ep_5 + nt1_du_5, state_internal_Ep_5)
+                state_internal_ep = tl.where(update1, state_internal_ep + nt1_du_6, state_internal_ep)
+                state_internal_gamma_rate = tl.where(update1, state_internal_gamma_rate + nt1_du_7, state_internal_gamma_rate)
+                j2_linear_iso_return_map_iterations = j2_linear_iso_return_map_iterations + update1.to(tl.int32)
+            it1 += 1
         return (
             state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
             state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_gamma_rate,

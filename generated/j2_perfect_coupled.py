@@ -1422,52 +1422,53 @@ if triton is not None:
             nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * tl.where((K11 - ncse_117) > 0.0, ncse_117, K8))))
             j2_perfect_return_map_converged = j2_perfect_return_map_converged | (nt1_scaled3 | (j2_perfect_return_map_residual_norm <= nt1_atol))
             update1 = (~j2_perfect_return_map_converged) & (it1 < maxit1) & (j2_perfect_return_map_residual_norm < float("inf"))
-            nt1_1 = (K1 - (ncse_48 * (-ncse_42 - (ncse_45 * (ncse_12 * ncse_12)))))
-            nt1_2 = (ncse_31 * ncse_54)
-            nt1_3 = (K1 - (ncse_48 * (-ncse_42 - (ncse_45 * (ncse_33 * ncse_33)))))
-            nt1_4 = (ncse_33 * ncse_68)
-            nt1_5 = (K1 - (ncse_48 * (-ncse_42 - (ncse_45 * (ncse_34 * ncse_34)))))
-            nt1_6 = (ncse_34 * ncse_68)
-            nt1_7 = (K1 - (ncse_48 * (-ncse_74 - (ncse_17 * ncse_75))))
-            nt1_8 = (ncse_15 * ncse_81)
-            nt1_9 = (K1 - (ncse_48 * (-ncse_74 - (ncse_20 * ncse_75))))
-            nt1_10 = (ncse_19 * ncse_81)
-            nt1_11 = (K1 - (ncse_48 * (-ncse_74 - (ncse_23 * ncse_75))))
-            nt1_12 = (ncse_22 * ncse_81)
-            nt1_13 = (-ncse_12 * ncse_85)
-            nt1_14 = (-ncse_33 * ncse_85)
-            nt1_15 = (-ncse_34 * ncse_85)
-            nt1_16 = (-ncse_53 * ncse_86)
-            nt1_17 = (-ncse_19 * ncse_87)
-            nt1_18 = (-ncse_22 * ncse_87)
-            nt1_19 = (ncse_35 * ncse_83)
-            nt1_lu = _triton_lu1(
-                nt1_1, ncse_51, ncse_52, ncse_57, ncse_59, ncse_60, nt1_2, ncse_51, nt1_3, ncse_61, ncse_64,
-                ncse_66, ncse_67, nt1_4, ncse_52, ncse_61, nt1_5, ncse_70, ncse_72, ncse_73, nt1_6, ncse_57,
-                ncse_64, ncse_70, nt1_7, ncse_79, ncse_80, nt1_8, ncse_59, ncse_66, ncse_72, ncse_79, nt1_9,
-                ncse_82, nt1_10, ncse_60, ncse_67, ncse_73, ncse_80, ncse_82, nt1_11, nt1_12, nt1_13, nt1_14,
-                nt1_15, nt1_16, nt1_17, nt1_18, nt1_19, DTYPE)
-            nt1_20 = (-nt1_r_0)
-            nt1_21 = (-nt1_r_1)
-            nt1_22 = (-nt1_r_2)
-            nt1_23 = (-nt1_r_3)
-            nt1_24 = (-nt1_r_4)
-            nt1_25 = (-nt1_r_5)
-            nt1_26 = (-nt1_r_6)
-            (nt1_27, nt1_28, nt1_29, nt1_30, nt1_31, nt1_32, nt1_33) = _triton_lu1_forward1(
-                nt1_lu, nt1_20, nt1_21, nt1_22, nt1_23, nt1_24, nt1_25, nt1_26, DTYPE)
-            (nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5, nt1_du_6) = _triton_lu1_back1(
-                nt1_lu, nt1_27, nt1_28, nt1_29, nt1_30, nt1_31, nt1_32, nt1_33, DTYPE)
-            state_internal_Ep_0 = tl.where(update1, state_internal_Ep_0 + nt1_du_0, state_internal_Ep_0)
-            state_internal_Ep_1 = tl.where(update1, state_internal_Ep_1 + nt1_du_1, state_internal_Ep_1)
-            state_internal_Ep_2 = tl.where(update1, state_internal_Ep_2 + nt1_du_2, state_internal_Ep_2)
-            state_internal_Ep_3 = tl.where(update1, state_internal_Ep_3 + nt1_du_3, state_internal_Ep_3)
-            state_internal_Ep_4 = tl.where(update1, state_internal_Ep_4 + nt1_du_4, state_internal_Ep_4)
-            state_internal_Ep_5 = tl.where(update1, state_internal_Ep_5 + nt1_du_5, state_internal_Ep_5)
-            state_internal_gamma_rate = tl.where(update1, state_internal_gamma_rate + nt1_du_6, state_internal_gamma_rate)
-            j2_perfect_return_map_iterations = j2_perfect_return_map_iterations + update1.to(tl.int32)
-            it1 += 1
             todo1 = tl.sum(update1.to(tl.int32), axis=0)
+            if todo1 > 0:
+                nt1_1 = (K1 - (ncse_48 * (-ncse_42 - (ncse_45 * (ncse_12 * ncse_12)))))
+                nt1_2 = (ncse_31 * ncse_54)
+                nt1_3 = (K1 - (ncse_48 * (-ncse_42 - (ncse_45 * (ncse_33 * ncse_33)))))
+                nt1_4 = (ncse_33 * ncse_68)
+                nt1_5 = (K1 - (ncse_48 * (-ncse_42 - (ncse_45 * (ncse_34 * ncse_34)))))
+                nt1_6 = (ncse_34 * ncse_68)
+                nt1_7 = (K1 - (ncse_48 * (-ncse_74 - (ncse_17 * ncse_75))))
+                nt1_8 = (ncse_15 * ncse_81)
+                nt1_9 = (K1 - (ncse_48 * (-ncse_74 - (ncse_20 * ncse_75))))
+                nt1_10 = (ncse_19 * ncse_81)
+                nt1_11 = (K1 - (ncse_48 * (-ncse_74 - (ncse_23 * ncse_75))))
+                nt1_12 = (ncse_22 * ncse_81)
+                nt1_13 = (-ncse_12 * ncse_85)
+                nt1_14 = (-ncse_33 * ncse_85)
+                nt1_15 = (-ncse_34 * ncse_85)
+                nt1_16 = (-ncse_53 * ncse_86)
+                nt1_17 = (-ncse_19 * ncse_87)
+                nt1_18 = (-ncse_22 * ncse_87)
+                nt1_19 = (ncse_35 * ncse_83)
+                nt1_lu = _triton_lu1(
+                    nt1_1, ncse_51, ncse_52, ncse_57, ncse_59, ncse_60, nt1_2, ncse_51, nt1_3, ncse_61, ncse_64,
+                    ncse_66, ncse_67, nt1_4, ncse_52, ncse_61, nt1_5, ncse_70, ncse_72, ncse_73, nt1_6, ncse_57,
+                    ncse_64, ncse_70, nt1_7, ncse_79, ncse_80, nt1_8, ncse_59, ncse_66, ncse_72, ncse_79, nt1_9,
+                    ncse_82, nt1_10, ncse_60, ncse_67, ncse_73, ncse_80, ncse_82, nt1_11, nt1_12, nt1_13, nt1_14,
+                    nt1_15, nt1_16, nt1_17, nt1_18, nt1_19, DTYPE)
+                nt1_20 = (-nt1_r_0)
+                nt1_21 = (-nt1_r_1)
+                nt1_22 = (-nt1_r_2)
+                nt1_23 = (-nt1_r_3)
+                nt1_24 = (-nt1_r_4)
+                nt1_25 = (-nt1_r_5)
+                nt1_26 = (-nt1_r_6)
+                (nt1_27, nt1_28, nt1_29, nt1_30, nt1_31, nt1_32, nt1_33) = _triton_lu1_forward1(
+                    nt1_lu, nt1_20, nt1_21, nt1_22, nt1_23, nt1_24, nt1_25, nt1_26, DTYPE)
+                (nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5, nt1_du_6) = _triton_lu1_back1(
+                    nt1_lu, nt1_27, nt1_28, nt1_29, nt1_30, nt1_31, nt1_32, nt1_33, DTYPE)
+                state_internal_Ep_0 = tl.where(update1, state_internal_Ep_0 + nt1_du_0, state_internal_Ep_0)
+                state_internal_Ep_1 = tl.where(update1, state_internal_Ep_1 + nt1_du_1, state_internal_Ep_1)
+                state_internal_Ep_2 = tl.where(update1, state_internal_Ep_2 + nt1_du_2, state_internal_Ep_2)
+                state_internal_Ep_3 = tl.where(update1, state_internal_Ep_3 + nt1_du_3, state_internal_Ep_3)
+                state_internal_Ep_4 = tl.where(update1, state_internal_Ep_4 + nt1_du_4, state_internal_Ep_4)
+                state_internal_Ep_5 = tl.where(update1, state_internal_Ep_5 + nt1_du_5, state_internal_Ep_5)
+                state_internal_gamma_rate = tl.where(update1, state_internal_gamma_rate + nt1_du_6, state_internal_gamma_rate)
+                j2_perfect_return_map_iterations = j2_perfect_return_map_iterations + update1.to(tl.int32)
+            it1 += 1
         return (
             state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
             state_internal_Ep_4, state_internal_Ep_5, state_internal_gamma_rate,

@@ -1525,16 +1525,17 @@ if triton is not None:
             nt1_rnorm0 = tl.where(it1 == 0, j2_voce_af_radial_return_solve_residual_norm, nt1_rnorm0)
             j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | (tl.abs(nt1_r_0) <= (nt1_rtol * tl.where((K8 - ncse_44 - (ncse_42 * ncse_43)) > 0.0, (ncse_44 + (ncse_42 * ncse_43)), K0))))
             update1 = (~j2_voce_af_radial_return_solve_converged) & (it1 < maxit1) & (j2_voce_af_radial_return_solve_residual_norm < float("inf"))
-            nt1_1 = ((p_E * ncse_29) + (ncse_30 * (ncse_8 + (ncse_40 * (-(ncse_31 * ncse_38) - (ncse_5 * state_internal_dgamma))) + (K3 * p_d * ncse_41))))
-            nt1_2 = (K2 / nt1_1)
-            nt1_3 = (-nt1_2 * nt1_r_0)
-            nt1_4 = (ncse_30 * nt1_r_0 * ((ncse_46 * (-(ncse_31 * ((ncse_47 * (-(K9 * ncse_32) - (K9 * ncse_33) - (K9 * ncse_34) - (K9 * ncse_35) - (K9 * ncse_36) - (K9 * ncse_37))) + (ncse_48 * ncse_56))) + (ncse_45 * ncse_47 * state_internal_dgamma))) - (ncse_40 * ncse_45) - (K10 * ncse_41 * (p_d * p_d)) + (K4 * ncse_31 * ncse_46 * ncse_48 * (ncse_38 * ncse_38) * _mc_sdiv(K2, (K9 * (ncse_24 * ncse_24))))))
-            nt1_5 = (nt1_1 * nt1_1)
-            nt1_du_0 = tl.where((nt1_5 >= tl.abs(nt1_4)), (-K4 * nt1_1 * nt1_r_0 / (-nt1_4 + (K4 * nt1_5))), nt1_3)
-            state_internal_dgamma = tl.where(update1, state_internal_dgamma + nt1_du_0, state_internal_dgamma)
-            j2_voce_af_radial_return_solve_iterations = j2_voce_af_radial_return_solve_iterations + update1.to(tl.int32)
-            it1 += 1
             todo1 = tl.sum(update1.to(tl.int32), axis=0)
+            if todo1 > 0:
+                nt1_1 = ((p_E * ncse_29) + (ncse_30 * (ncse_8 + (ncse_40 * (-(ncse_31 * ncse_38) - (ncse_5 * state_internal_dgamma))) + (K3 * p_d * ncse_41))))
+                nt1_2 = (K2 / nt1_1)
+                nt1_3 = (-nt1_2 * nt1_r_0)
+                nt1_4 = (ncse_30 * nt1_r_0 * ((ncse_46 * (-(ncse_31 * ((ncse_47 * (-(K9 * ncse_32) - (K9 * ncse_33) - (K9 * ncse_34) - (K9 * ncse_35) - (K9 * ncse_36) - (K9 * ncse_37))) + (ncse_48 * ncse_56))) + (ncse_45 * ncse_47 * state_internal_dgamma))) - (ncse_40 * ncse_45) - (K10 * ncse_41 * (p_d * p_d)) + (K4 * ncse_31 * ncse_46 * ncse_48 * (ncse_38 * ncse_38) * _mc_sdiv(K2, (K9 * (ncse_24 * ncse_24))))))
+                nt1_5 = (nt1_1 * nt1_1)
+                nt1_du_0 = tl.where((nt1_5 >= tl.abs(nt1_4)), (-K4 * nt1_1 * nt1_r_0 / (-nt1_4 + (K4 * nt1_5))), nt1_3)
+                state_internal_dgamma = tl.where(update1, state_internal_dgamma + nt1_du_0, state_internal_dgamma)
+                j2_voce_af_radial_return_solve_iterations = j2_voce_af_radial_return_solve_iterations + update1.to(tl.int32)
+            it1 += 1
         return (
             state_internal_dgamma, j2_voce_af_radial_return_solve_converged,
             j2_voce_af_radial_return_solve_iterations, j2_voce_af_radial_return_solve_residual_norm)

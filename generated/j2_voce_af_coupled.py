@@ -3812,117 +3812,118 @@ if triton is not None:
             nt1_scaled6 = (nt1_scaled5 & (tl.abs(nt1_r_12) <= (nt1_rtol * tl.where((K12 - ncse_231) > 0.0, ncse_231, K7))) & (tl.abs(nt1_r_13) <= (nt1_rtol * tl.where((K12 - ncse_232) > 0.0, ncse_232, K7))))
             j2_voce_af_return_map_converged = j2_voce_af_return_map_converged | (nt1_scaled6 | (j2_voce_af_return_map_residual_norm <= nt1_atol))
             update1 = (~j2_voce_af_return_map_converged) & (it1 < maxit1) & (j2_voce_af_return_map_residual_norm < float("inf"))
-            nt1_1 = (K1 - (ncse_63 * ncse_66))
-            nt1_2 = (ncse_62 * ncse_65)
-            nt1_3 = (ncse_16 * ncse_88)
-            nt1_4 = (K1 - (ncse_66 * ncse_90))
-            nt1_5 = (ncse_65 * ncse_89)
-            nt1_6 = (ncse_40 * ncse_88)
-            nt1_7 = (K1 - (ncse_104 * ncse_66))
-            nt1_8 = (ncse_103 * ncse_65)
-            nt1_9 = (ncse_41 * ncse_88)
-            nt1_10 = (K1 - (ncse_116 * ncse_66))
-            nt1_11 = (ncse_115 * ncse_65)
-            nt1_12 = (ncse_19 * ncse_87)
-            nt1_13 = (K1 - (ncse_127 * ncse_66))
-            nt1_14 = (ncse_126 * ncse_65)
-            nt1_15 = (ncse_23 * ncse_87)
-            nt1_16 = (K1 - (ncse_131 * ncse_66))
-            nt1_17 = (ncse_130 * ncse_65)
-            nt1_18 = (ncse_27 * ncse_87)
-            nt1_19 = (-ncse_133 * ncse_63)
-            nt1_20 = (K1 + (ncse_64 * (ncse_139 + (ncse_141 * ncse_62))))
-            nt1_21 = (ncse_46 * ncse_64)
-            nt1_22 = (-ncse_133 * ncse_90)
-            nt1_23 = (K1 + (ncse_64 * (ncse_139 + (ncse_141 * ncse_89))))
-            nt1_24 = (ncse_47 * ncse_64)
-            nt1_25 = (-ncse_104 * ncse_133)
-            nt1_26 = (K1 + (ncse_64 * (ncse_139 + (ncse_103 * ncse_141))))
-            nt1_27 = (ncse_48 * ncse_64)
-            nt1_28 = (-ncse_116 * ncse_133)
-            nt1_29 = (K1 + (ncse_64 * (ncse_139 + (ncse_115 * ncse_141))))
-            nt1_30 = (ncse_50 * ncse_64)
-            nt1_31 = (-ncse_127 * ncse_133)
-            nt1_32 = (K1 + (ncse_64 * (ncse_139 + (ncse_126 * ncse_141))))
-            nt1_33 = (ncse_51 * ncse_64)
-            nt1_34 = (-ncse_131 * ncse_133)
-            nt1_35 = (K1 + (ncse_64 * (ncse_139 + (ncse_130 * ncse_141))))
-            nt1_36 = (ncse_52 * ncse_64)
-            nt1_37 = (-ncse_175 * ncse_3)
-            nt1_38 = (-ncse_176 * ncse_3)
-            nt1_39 = (-ncse_177 * ncse_3)
-            nt1_40 = (-ncse_179 * ncse_3)
-            nt1_41 = (-ncse_180 * ncse_3)
-            nt1_42 = (-ncse_181 * ncse_3)
-            nt1_43 = (-K11 * p_R * p_d * ncse_173 * ncse_53)
-            nt1_44 = (-ncse_175)
-            nt1_45 = (-ncse_176)
-            nt1_46 = (-ncse_177)
-            nt1_47 = (-ncse_179)
-            nt1_48 = (-ncse_180)
-            nt1_49 = (-ncse_181)
-            nt1_50 = ((p_E * ncse_36) - (K8 * ncse_172 * ncse_55 * state_internal_gamma_rate))
-            nt1_lu = _triton_lu1(
-                nt1_1, ncse_71, ncse_74, ncse_77, ncse_78, ncse_79, nt1_2, ncse_80, ncse_81, ncse_84, ncse_85,
-                ncse_86, nt1_3, ncse_71, nt1_4, ncse_93, ncse_95, ncse_96, ncse_97, ncse_80, nt1_5, ncse_98,
-                ncse_100, ncse_101, ncse_102, nt1_6, ncse_74, ncse_93, nt1_7, ncse_106, ncse_107, ncse_108,
-                ncse_81, ncse_98, nt1_8, ncse_110, ncse_111, ncse_112, nt1_9, ncse_77, ncse_95, ncse_106,
-                nt1_10, ncse_119, ncse_121, ncse_84, ncse_100, ncse_110, nt1_11, ncse_123, ncse_125, nt1_12,
-                ncse_78, ncse_96, ncse_107, ncse_119, nt1_13, ncse_128, ncse_85, ncse_101, ncse_111, ncse_123,
-                nt1_14, ncse_129, nt1_15, ncse_79, ncse_97, ncse_108, ncse_121, ncse_128, nt1_16, ncse_86,
-                ncse_102, ncse_112, ncse_125, ncse_129, nt1_17, nt1_18, ncse_237, nt1_19, ncse_134, ncse_135,
-                ncse_136, ncse_137, ncse_138, nt1_20, ncse_142, ncse_143, ncse_144, ncse_145, ncse_146, nt1_21,
-                ncse_134, nt1_22, ncse_147, ncse_148, ncse_149, ncse_150, ncse_142, nt1_23, ncse_151, ncse_152,
-                ncse_153, ncse_154, nt1_24, ncse_135, ncse_147, nt1_25, ncse_155, ncse_156, ncse_157, ncse_143,
-                ncse_151, nt1_26, ncse_158, ncse_159, ncse_160, nt1_27, ncse_136, ncse_148, ncse_155, nt1_28,
-                ncse_163, ncse_165, ncse_144, ncse_152, ncse_158, nt1_29, ncse_167, ncse_169, nt1_30, ncse_137,
-                ncse_149, ncse_156, ncse_163, nt1_31, ncse_170, ncse_145, ncse_153, ncse_159, ncse_167, nt1_32,
-                ncse_171, nt1_33, ncse_138, ncse_150, ncse_157, ncse_165, ncse_170, nt1_34, ncse_146, ncse_154,
-                ncse_160, ncse_169, ncse_171, nt1_35, nt1_36, nt1_37, nt1_38, nt1_39, nt1_40, nt1_41, nt1_42,
-                nt1_43, nt1_44, nt1_45, nt1_46, nt1_47, nt1_48, nt1_49, nt1_50, DTYPE)
-            nt1_51 = (-nt1_r_0)
-            nt1_52 = (-nt1_r_1)
-            nt1_53 = (-nt1_r_2)
-            nt1_54 = (-nt1_r_3)
-            nt1_55 = (-nt1_r_4)
-            nt1_56 = (-nt1_r_5)
-            nt1_57 = (-nt1_r_6)
-            nt1_58 = (-nt1_r_7)
-            nt1_59 = (-nt1_r_8)
-            nt1_60 = (-nt1_r_9)
-            nt1_61 = (-nt1_r_10)
-            nt1_62 = (-nt1_r_11)
-            nt1_63 = (-nt1_r_12)
-            nt1_64 = (-nt1_r_13)
-            (
-                nt1_65, nt1_66, nt1_67, nt1_68, nt1_69, nt1_70, nt1_71, nt1_72, nt1_73, nt1_74, nt1_75, nt1_76,
-                nt1_77, nt1_78,
-            ) = _triton_lu1_forward1(
-                nt1_lu, nt1_51, nt1_52, nt1_53, nt1_54, nt1_55, nt1_56, nt1_57, nt1_58, nt1_59, nt1_60, nt1_61,
-                nt1_62, nt1_63, nt1_64, DTYPE)
-            (
-                nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5, nt1_du_6, nt1_du_7, nt1_du_8,
-                nt1_du_9, nt1_du_10, nt1_du_11, nt1_du_12, nt1_du_13,
-            ) = _triton_lu1_back1(
-                nt1_lu, nt1_65, nt1_66, nt1_67, nt1_68, nt1_69, nt1_70, nt1_71, nt1_72, nt1_73, nt1_74, nt1_75,
-                nt1_76, nt1_77, nt1_78, DTYPE)
-            state_internal_Ep_0 = tl.where(update1, state_internal_Ep_0 + nt1_du_0, state_internal_Ep_0)
-            state_internal_Ep_1 = tl.where(update1, state_internal_Ep_1 + nt1_du_1, state_internal_Ep_1)
-            state_internal_Ep_2 = tl.where(update1, state_internal_Ep_2 + nt1_du_2, state_internal_Ep_2)
-            state_internal_Ep_3 = tl.where(update1, state_internal_Ep_3 + nt1_du_3, state_internal_Ep_3)
-            state_internal_Ep_4 = tl.where(update1, state_internal_Ep_4 + nt1_du_4, state_internal_Ep_4)
-            state_internal_Ep_5 = tl.where(update1, state_internal_Ep_5 + nt1_du_5, state_internal_Ep_5)
-            state_internal_ep = tl.where(update1, state_internal_ep + nt1_du_6, state_internal_ep)
-            state_internal_X_0 = tl.where(update1, state_internal_X_0 + nt1_du_7, state_internal_X_0)
-            state_internal_X_1 = tl.where(update1, state_internal_X_1 + nt1_du_8, state_internal_X_1)
-            state_internal_X_2 = tl.where(update1, state_internal_X_2 + nt1_du_9, state_internal_X_2)
-            state_internal_X_3 = tl.where(update1, state_internal_X_3 + nt1_du_10, state_internal_X_3)
-            state_internal_X_4 = tl.where(update1, state_internal_X_4 + nt1_du_11, state_internal_X_4)
-            state_internal_X_5 = tl.where(update1, state_internal_X_5 + nt1_du_12, state_internal_X_5)
-            state_internal_gamma_rate = tl.where(update1, state_internal_gamma_rate + nt1_du_13, state_internal_gamma_rate)
-            j2_voce_af_return_map_iterations = j2_voce_af_return_map_iterations + update1.to(tl.int32)
-            it1 += 1
             todo1 = tl.sum(update1.to(tl.int32), axis=0)
+            if todo1 > 0:
+                nt1_1 = (K1 - (ncse_63 * ncse_66))
+                nt1_2 = (ncse_62 * ncse_65)
+                nt1_3 = (ncse_16 * ncse_88)
+                nt1_4 = (K1 - (ncse_66 * ncse_90))
+                nt1_5 = (ncse_65 * ncse_89)
+                nt1_6 = (ncse_40 * ncse_88)
+                nt1_7 = (K1 - (ncse_104 * ncse_66))
+                nt1_8 = (ncse_103 * ncse_65)
+                nt1_9 = (ncse_41 * ncse_88)
+                nt1_10 = (K1 - (ncse_116 * ncse_66))
+                nt1_11 = (ncse_115 * ncse_65)
+                nt1_12 = (ncse_19 * ncse_87)
+                nt1_13 = (K1 - (ncse_127 * ncse_66))
+                nt1_14 = (ncse_126 * ncse_65)
+                nt1_15 = (ncse_23 * ncse_87)
+                nt1_16 = (K1 - (ncse_131 * ncse_66))
+                nt1_17 = (ncse_130 * ncse_65)
+                nt1_18 = (ncse_27 * ncse_87)
+                nt1_19 = (-ncse_133 * ncse_63)
+                nt1_20 = (K1 + (ncse_64 * (ncse_139 + (ncse_141 * ncse_62))))
+                nt1_21 = (ncse_46 * ncse_64)
+                nt1_22 = (-ncse_133 * ncse_90)
+                nt1_23 = (K1 + (ncse_64 * (ncse_139 + (ncse_141 * ncse_89))))
+                nt1_24 = (ncse_47 * ncse_64)
+                nt1_25 = (-ncse_104 * ncse_133)
+                nt1_26 = (K1 + (ncse_64 * (ncse_139 + (ncse_103 * ncse_141))))
+                nt1_27 = (ncse_48 * ncse_64)
+                nt1_28 = (-ncse_116 * ncse_133)
+                nt1_29 = (K1 + (ncse_64 * (ncse_139 + (ncse_115 * ncse_141))))
+                nt1_30 = (ncse_50 * ncse_64)
+                nt1_31 = (-ncse_127 * ncse_133)
+                nt1_32 = (K1 + (ncse_64 * (ncse_139 + (ncse_126 * ncse_141))))
+                nt1_33 = (ncse_51 * ncse_64)
+                nt1_34 = (-ncse_131 * ncse_133)
+                nt1_35 = (K1 + (ncse_64 * (ncse_139 + (ncse_130 * ncse_141))))
+                nt1_36 = (ncse_52 * ncse_64)
+                nt1_37 = (-ncse_175 * ncse_3)
+                nt1_38 = (-ncse_176 * ncse_3)
+                nt1_39 = (-ncse_177 * ncse_3)
+                nt1_40 = (-ncse_179 * ncse_3)
+                nt1_41 = (-ncse_180 * ncse_3)
+                nt1_42 = (-ncse_181 * ncse_3)
+                nt1_43 = (-K11 * p_R * p_d * ncse_173 * ncse_53)
+                nt1_44 = (-ncse_175)
+                nt1_45 = (-ncse_176)
+                nt1_46 = (-ncse_177)
+                nt1_47 = (-ncse_179)
+                nt1_48 = (-ncse_180)
+                nt1_49 = (-ncse_181)
+                nt1_50 = ((p_E * ncse_36) - (K8 * ncse_172 * ncse_55 * state_internal_gamma_rate))
+                nt1_lu = _triton_lu1(
+                    nt1_1, ncse_71, ncse_74, ncse_77, ncse_78, ncse_79, nt1_2, ncse_80, ncse_81, ncse_84, ncse_85,
+                    ncse_86, nt1_3, ncse_71, nt1_4, ncse_93, ncse_95, ncse_96, ncse_97, ncse_80, nt1_5, ncse_98,
+                    ncse_100, ncse_101, ncse_102, nt1_6, ncse_74, ncse_93, nt1_7, ncse_106, ncse_107, ncse_108,
+                    ncse_81, ncse_98, nt1_8, ncse_110, ncse_111, ncse_112, nt1_9, ncse_77, ncse_95, ncse_106,
+                    nt1_10, ncse_119, ncse_121, ncse_84, ncse_100, ncse_110, nt1_11, ncse_123, ncse_125, nt1_12,
+                    ncse_78, ncse_96, ncse_107, ncse_119, nt1_13, ncse_128, ncse_85, ncse_101, ncse_111, ncse_123,
+                    nt1_14, ncse_129, nt1_15, ncse_79, ncse_97, ncse_108, ncse_121, ncse_128, nt1_16, ncse_86,
+                    ncse_102, ncse_112, ncse_125, ncse_129, nt1_17, nt1_18, ncse_237, nt1_19, ncse_134, ncse_135,
+                    ncse_136, ncse_137, ncse_138, nt1_20, ncse_142, ncse_143, ncse_144, ncse_145, ncse_146, nt1_21,
+                    ncse_134, nt1_22, ncse_147, ncse_148, ncse_149, ncse_150, ncse_142, nt1_23, ncse_151, ncse_152,
+                    ncse_153, ncse_154, nt1_24, ncse_135, ncse_147, nt1_25, ncse_155, ncse_156, ncse_157, ncse_143,
+                    ncse_151, nt1_26, ncse_158, ncse_159, ncse_160, nt1_27, ncse_136, ncse_148, ncse_155, nt1_28,
+                    ncse_163, ncse_165, ncse_144, ncse_152, ncse_158, nt1_29, ncse_167, ncse_169, nt1_30, ncse_137,
+                    ncse_149, ncse_156, ncse_163, nt1_31, ncse_170, ncse_145, ncse_153, ncse_159, ncse_167, nt1_32,
+                    ncse_171, nt1_33, ncse_138, ncse_150, ncse_157, ncse_165, ncse_170, nt1_34, ncse_146, ncse_154,
+                    ncse_160, ncse_169, ncse_171, nt1_35, nt1_36, nt1_37, nt1_38, nt1_39, nt1_40, nt1_41, nt1_42,
+                    nt1_43, nt1_44, nt1_45, nt1_46, nt1_47, nt1_48, nt1_49, nt1_50, DTYPE)
+                nt1_51 = (-nt1_r_0)
+                nt1_52 = (-nt1_r_1)
+                nt1_53 = (-nt1_r_2)
+                nt1_54 = (-nt1_r_3)
+                nt1_55 = (-nt1_r_4)
+                nt1_56 = (-nt1_r_5)
+                nt1_57 = (-nt1_r_6)
+                nt1_58 = (-nt1_r_7)
+                nt1_59 = (-nt1_r_8)
+                nt1_60 = (-nt1_r_9)
+                nt1_61 = (-nt1_r_10)
+                nt1_62 = (-nt1_r_11)
+                nt1_63 = (-nt1_r_12)
+                nt1_64 = (-nt1_r_13)
+                (
+                    nt1_65, nt1_66, nt1_67, nt1_68, nt1_69, nt1_70, nt1_71, nt1_72, nt1_73, nt1_74, nt1_75, nt1_76,
+                    nt1_77, nt1_78,
+                ) = _triton_lu1_forward1(
+                    nt1_lu, nt1_51, nt1_52, nt1_53, nt1_54, nt1_55, nt1_56, nt1_57, nt1_58, nt1_59, nt1_60, nt1_61,
+                    nt1_62, nt1_63, nt1_64, DTYPE)
+                (
+                    nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5, nt1_du_6, nt1_du_7, nt1_du_8,
+                    nt1_du_9, nt1_du_10, nt1_du_11, nt1_du_12, nt1_du_13,
+                ) = _triton_lu1_back1(
+                    nt1_lu, nt1_65, nt1_66, nt1_67, nt1_68, nt1_69, nt1_70, nt1_71, nt1_72, nt1_73, nt1_74, nt1_75,
+                    nt1_76, nt1_77, nt1_78, DTYPE)
+                state_internal_Ep_0 = tl.where(update1, state_internal_Ep_0 + nt1_du_0, state_internal_Ep_0)
+                state_internal_Ep_1 = tl.where(update1, state_internal_Ep_1 + nt1_du_1, state_internal_Ep_1)
+                state_internal_Ep_2 = tl.where(update1, state_internal_Ep_2 + nt1_du_2, state_internal_Ep_2)
+                state_internal_Ep_3 = tl.where(update1, state_internal_Ep_3 + nt1_du_3, state_internal_Ep_3)
+                state_internal_Ep_4 = tl.where(update1, state_internal_Ep_4 + nt1_du_4, state_internal_Ep_4)
+                state_internal_Ep_5 = tl.where(update1, state_internal_Ep_5 + nt1_du_5, state_internal_Ep_5)
+                state_internal_ep = tl.where(update1, state_internal_ep + nt1_du_6, state_internal_ep)
+                state_internal_X_0 = tl.where(update1, state_internal_X_0 + nt1_du_7, state_internal_X_0)
+                state_internal_X_1 = tl.where(update1, state_internal_X_1 + nt1_du_8, state_internal_X_1)
+                state_internal_X_2 = tl.where(update1, state_internal_X_2 + nt1_du_9, state_internal_X_2)
+                state_internal_X_3 = tl.where(update1, state_internal_X_3 + nt1_du_10, state_internal_X_3)
+                state_internal_X_4 = tl.where(update1, state_internal_X_4 + nt1_du_11, state_internal_X_4)
+                state_internal_X_5 = tl.where(update1, state_internal_X_5 + nt1_du_12, state_internal_X_5)
+                state_internal_gamma_rate = tl.where(update1, state_internal_gamma_rate + nt1_du_13, state_internal_gamma_rate)
+                j2_voce_af_return_map_iterations = j2_voce_af_return_map_iterations + update1.to(tl.int32)
+            it1 += 1
         return (
             state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
             state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X_0,

@@ -879,16 +879,17 @@ if triton is not None:
             nt1_rnorm0 = tl.where(it1 == 0, norton_radial_return_solve_residual_norm, nt1_rnorm0)
             norton_radial_return_solve_converged = norton_radial_return_solve_converged | ((norton_radial_return_solve_residual_norm <= nt1_atol) | (tl.abs(nt1_r_0) <= (nt1_rtol * tl.where((K7 - ncse_15) > 0.0, ncse_15, K8))))
             update1 = (~norton_radial_return_solve_converged) & (it1 < maxit1) & (norton_radial_return_solve_residual_norm < float("inf"))
-            nt1_1 = (-K5 - (ncse_12 * ncse_13))
-            nt1_2 = (K5 / nt1_1)
-            nt1_3 = (-nt1_2 * nt1_r_0)
-            nt1_4 = (-p_n * ncse_10 * ncse_13 * nt1_r_0 * _mc_powr_shift(ncse_11, state_internal_svm, (-K4 + p_n)))
-            nt1_5 = (nt1_1 * nt1_1)
-            nt1_du_0 = tl.where((nt1_5 >= tl.abs(nt1_4)), (-K4 * nt1_1 * nt1_r_0 / (-nt1_4 + (K4 * nt1_5))), nt1_3)
-            state_internal_svm = tl.where(update1, state_internal_svm + nt1_du_0, state_internal_svm)
-            norton_radial_return_solve_iterations = norton_radial_return_solve_iterations + update1.to(tl.int32)
-            it1 += 1
             todo1 = tl.sum(update1.to(tl.int32), axis=0)
+            if todo1 > 0:
+                nt1_1 = (-K5 - (ncse_12 * ncse_13))
+                nt1_2 = (K5 / nt1_1)
+                nt1_3 = (-nt1_2 * nt1_r_0)
+                nt1_4 = (-p_n * ncse_10 * ncse_13 * nt1_r_0 * _mc_powr_shift(ncse_11, state_internal_svm, (-K4 + p_n)))
+                nt1_5 = (nt1_1 * nt1_1)
+                nt1_du_0 = tl.where((nt1_5 >= tl.abs(nt1_4)), (-K4 * nt1_1 * nt1_r_0 / (-nt1_4 + (K4 * nt1_5))), nt1_3)
+                state_internal_svm = tl.where(update1, state_internal_svm + nt1_du_0, state_internal_svm)
+                norton_radial_return_solve_iterations = norton_radial_return_solve_iterations + update1.to(tl.int32)
+            it1 += 1
         return (
             state_internal_svm, norton_radial_return_solve_converged,
             norton_radial_return_solve_iterations, norton_radial_return_solve_residual_norm)

@@ -925,16 +925,17 @@ if triton is not None:
             nt1_rnorm0 = tl.where(it1 == 0, perzyna_iso_radial_return_solve_residual_norm, nt1_rnorm0)
             perzyna_iso_radial_return_solve_converged = perzyna_iso_radial_return_solve_converged | ((perzyna_iso_radial_return_solve_residual_norm <= nt1_atol) | (tl.abs(nt1_r_0) <= (nt1_rtol * tl.where((K6 - ncse_13) > 0.0, ncse_13, K7))))
             update1 = (~perzyna_iso_radial_return_solve_converged) & (it1 < maxit1) & (perzyna_iso_radial_return_solve_residual_norm < float("inf"))
-            nt1_1 = (-p_eta - (ncse_11 * ncse_4))
-            nt1_2 = (K5 / nt1_1)
-            nt1_3 = (-nt1_2 * nt1_r_0)
-            nt1_4 = (-p_n * ncse_4 * ncse_9 * nt1_r_0 * _mc_powr_shift(ncse_10, state_internal_gamma_rate_root, (-K1 + p_n)))
-            nt1_5 = (nt1_1 * nt1_1)
-            nt1_du_0 = tl.where((nt1_5 >= tl.abs(nt1_4)), (-K1 * nt1_1 * nt1_r_0 / (-nt1_4 + (K1 * nt1_5))), nt1_3)
-            state_internal_gamma_rate_root = tl.where(update1, state_internal_gamma_rate_root + nt1_du_0, state_internal_gamma_rate_root)
-            perzyna_iso_radial_return_solve_iterations = perzyna_iso_radial_return_solve_iterations + update1.to(tl.int32)
-            it1 += 1
             todo1 = tl.sum(update1.to(tl.int32), axis=0)
+            if todo1 > 0:
+                nt1_1 = (-p_eta - (ncse_11 * ncse_4))
+                nt1_2 = (K5 / nt1_1)
+                nt1_3 = (-nt1_2 * nt1_r_0)
+                nt1_4 = (-p_n * ncse_4 * ncse_9 * nt1_r_0 * _mc_powr_shift(ncse_10, state_internal_gamma_rate_root, (-K1 + p_n)))
+                nt1_5 = (nt1_1 * nt1_1)
+                nt1_du_0 = tl.where((nt1_5 >= tl.abs(nt1_4)), (-K1 * nt1_1 * nt1_r_0 / (-nt1_4 + (K1 * nt1_5))), nt1_3)
+                state_internal_gamma_rate_root = tl.where(update1, state_internal_gamma_rate_root + nt1_du_0, state_internal_gamma_rate_root)
+                perzyna_iso_radial_return_solve_iterations = perzyna_iso_radial_return_solve_iterations + update1.to(tl.int32)
+            it1 += 1
         return (
             state_internal_gamma_rate_root, perzyna_iso_radial_return_solve_converged,
             perzyna_iso_radial_return_solve_iterations, perzyna_iso_radial_return_solve_residual_norm)

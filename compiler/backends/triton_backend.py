@@ -34,7 +34,9 @@ the kernel dtype, so the compiler folds them.
 
 Newton: a ``while`` loop whose scalar condition is "some point of this block still updates"; the
 per-point mask ``converged`` freezes converged points; ``iterations`` counts a point's updates. The
-Newton body is re-evaluated once after the loop (values assigned inside a Triton loop do not leave it).
+step (Jacobian, solve, update) is under ``if todo > 0:`` after the test, so the evaluation that ends
+the solve builds none (without a line search). The Newton body is re-evaluated once after the loop
+(values assigned inside a Triton loop do not leave it).
 """
 from __future__ import annotations
 
@@ -274,15 +276,23 @@ class TritonEmitter(Emitter):
                 self.assign(sym, e)
             self.line(f"{upd} = (~{n(st.converged)}) & ({n(ls.back)} | (({n(st.iterations)} < {maxit}) & "
                       f"({n(st.residual_norm)} < float(\"inf\"))))")
-        self.newton_step(st, k, res, du)
         if ls is None:
+            # the step only while a point of the block updates: the evaluation that ends the solve
+            # builds no Jacobian and solves nothing (as the C backend's SPLIT_MIN_UNKNOWNS)
+            self.line(f"{todo} = tl.sum({upd}.to(tl.int32), axis=0)")
+            self.line(f"if {todo} > 0:")
+            self.depth += 1
+            self.newton_step(st, k, res, du)
             for u, d in zip(st.unknowns, du):
                 self.line(f"{n(u)} = tl.where({upd}, {n(u)} + {n(d)}, {n(u)})")
             self.line(f"{n(st.iterations)} = {n(st.iterations)} + {upd}.to(tl.int32)")
+            self.depth -= 1
+            self.line(f"{it} += 1")
         else:
+            self.newton_step(st, k, res, du)
             self.line_search_update(st, ls, du, upd, "tl")
-        self.line(f"{it} += 1")
-        self.line(f"{todo} = tl.sum({upd}.to(tl.int32), axis=0)")
+            self.line(f"{it} += 1")
+            self.line(f"{todo} = tl.sum({upd}.to(tl.int32), axis=0)")
         self.depth -= 1
         if st.body and not helper:  # a helper returns the unknowns and status only
             self.comment("the Newton body at the solution (loop-local values do not leave the loop)")

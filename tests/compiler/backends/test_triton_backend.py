@@ -121,11 +121,17 @@ def test_newton_systems(gen_dir, n, dtype):
     u_ref, dudb_ref = _newton_oracle(b, c.unsqueeze(-1), n)
     inputs = {f"forces/b{i}": b[:, i].to(dtype) for i in range(n)}
     inputs.update({f"old_state/u{i}": torch.zeros(B, dtype=dtype) for i in range(n)})
+    # the step is built only while a point of the program updates (the last evaluation builds none)
+    src = Path(mod.__file__).read_text()
+    loop = src[src.index("while todo1 > 0:"):]
+    assert loop.index("update1 = ") < loop.index("todo1 = tl.sum(update1") < loop.index("if todo1 > 0:")
+    its = {}
     for backend in ("torch", "triton"):
         m = mod.Model(dtype=dtype, backend=backend)
         out = m(inputs, derivatives=True, c=c.to(dtype))
         assert out.status.all_converged, out.status.summary()
         assert int(out.status.iterations.max()) >= 2
+        its[backend] = out.status.iterations
         u = torch.stack([out[f"state/u{i}"] for i in range(n)], -1).double()
         tol = 1e-10 if dtype == torch.float64 else 1e-3
         assert torch.allclose(u, u_ref, atol=tol, rtol=tol)
@@ -142,6 +148,7 @@ def test_newton_systems(gen_dir, n, dtype):
         assert torch.equal(out_v.outputs.tensor, out.outputs.tensor)
         with pytest.raises(Exception, match="derivatives=True"):
             out_v.jacobian
+    assert torch.equal(its["torch"], its["triton"])  # the same steps counted on both
 
 
 def test_newton_failure_gives_nan_and_status(gen_dir):
