@@ -1,7 +1,10 @@
 """A/B timing of edited C sources of one library model, in one process, interleaved.
 
-    python -m benchmarks.c_ab j2_voce_af --sizes 2000 100000 - edited.c [other.c ...]
+    python -m benchmarks.c_ab j2_voce_af - edited.c [other.c ...] --sizes 2000 100000
     python -m benchmarks.c_ab chaboche2_coupled --sizes 20000 --derivatives total git:HEAD -
+
+(``--sizes`` takes every argument after it up to the next option: the sources go before it, or
+another option between.)
 
 ``-`` is the module's own C source; ``git:REV`` the module's C source at git revision ``REV``, with
 that revision's ``runtime/modelc_kernel.h`` written in place of its include line (so a change to the
