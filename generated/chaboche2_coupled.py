@@ -10142,97 +10142,26 @@ MC_INLINE void newton_1_iterate(
     real *restrict v_chaboche2_return_map_residual_norm, const mc_args *restrict a, const int V) {
     real mc_A[361 * MC_W], mc_B[19 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
-    real v_ncse_0[MC_W];
-    real v_ncse_3[MC_W];
-    real v_ncse_6[MC_W];
-    real v_ncse_7[MC_W];
-    real v_ncse_444[MC_W];
-    real v_ncse_24[MC_W];
-    real v_ncse_28[MC_W];
-    real v_ncse_445[MC_W];
-    real v_ncse_35[MC_W];
-    real v_ncse_42[MC_W];
-    real v_ncse_446[MC_W];
-    real v_ncse_447[MC_W];
-    real v_ncse_58[MC_W];
-    real v_ncse_73[MC_W];
-    real v_ncse_96[MC_W];
-    real v_ncse_97[MC_W];
-    real v_ncse_230[MC_W];
-    real v_ncse_269[MC_W];
-    real v_ncse_314[MC_W];
-    real v_ncse_347[MC_W];
-    real v_ncse_378[MC_W];
-    real v_ncse_379[MC_W];
-    real v_ncse_381[MC_W];
-    real v_ncse_448[MC_W];
-    real v_ncse_449[MC_W];
-    real v_ncse_450[MC_W];
-    real v_ncse_386[MC_W];
-    real v_ncse_451[MC_W];
-    real v_ncse_452[MC_W];
-    real v_ncse_453[MC_W];
-    real v_ncse_454[MC_W];
-    real v_ncse_421[MC_W];
-    real v_ncse_431[MC_W];
-    real v_ncse_14[MC_W];
-    real v_ncse_16[MC_W];
-    real v_ncse_17[MC_W];
-    real v_ncse_19[MC_W];
-    real v_ncse_20[MC_W];
-    real v_ncse_22[MC_W];
-    real v_ncse_23[MC_W];
-    real v_ncse_33[MC_W];
-    real v_ncse_34[MC_W];
-    real v_ncse_36[MC_W];
-    real v_ncse_39[MC_W];
-    real v_ncse_41[MC_W];
-    real v_ncse_47[MC_W];
-    real v_ncse_48[MC_W];
-    real v_ncse_49[MC_W];
-    real v_ncse_52[MC_W];
-    real v_ncse_53[MC_W];
-    real v_ncse_54[MC_W];
-    real v_ncse_55[MC_W];
-    real v_ncse_56[MC_W];
-    real v_ncse_57[MC_W];
-    real v_ncse_60[MC_W];
-    real v_ncse_61[MC_W];
-    real v_ncse_62[MC_W];
-    real v_ncse_63[MC_W];
-    real v_ncse_64[MC_W];
-    real v_ncse_65[MC_W];
-    real v_ncse_67[MC_W];
-    real v_ncse_68[MC_W];
-    real v_ncse_69[MC_W];
-    real v_ncse_70[MC_W];
-    real v_ncse_71[MC_W];
-    real v_ncse_72[MC_W];
-    real v_ncse_75[MC_W];
-    real v_ncse_76[MC_W];
-    real v_ncse_77[MC_W];
-    real v_ncse_78[MC_W];
-    real v_ncse_79[MC_W];
-    real v_ncse_90[MC_W];
-    real v_nt1_r_0[MC_W];
-    real v_nt1_r_1[MC_W];
-    real v_nt1_r_2[MC_W];
-    real v_nt1_r_3[MC_W];
-    real v_nt1_r_4[MC_W];
-    real v_nt1_r_5[MC_W];
-    real v_nt1_r_6[MC_W];
-    real v_nt1_r_7[MC_W];
-    real v_nt1_r_8[MC_W];
-    real v_nt1_r_9[MC_W];
-    real v_nt1_r_10[MC_W];
-    real v_nt1_r_11[MC_W];
-    real v_nt1_r_12[MC_W];
-    real v_nt1_r_13[MC_W];
-    real v_nt1_r_14[MC_W];
-    real v_nt1_r_15[MC_W];
-    real v_nt1_r_16[MC_W];
-    real v_nt1_r_17[MC_W];
-    real v_nt1_r_18[MC_W];
+    real
+        v_ncse_0[MC_W], v_ncse_3[MC_W], v_ncse_6[MC_W], v_ncse_7[MC_W], v_ncse_444[MC_W],
+        v_ncse_24[MC_W], v_ncse_28[MC_W], v_ncse_445[MC_W], v_ncse_35[MC_W], v_ncse_42[MC_W],
+        v_ncse_446[MC_W], v_ncse_447[MC_W], v_ncse_58[MC_W], v_ncse_73[MC_W], v_ncse_96[MC_W],
+        v_ncse_97[MC_W], v_ncse_230[MC_W], v_ncse_269[MC_W], v_ncse_314[MC_W], v_ncse_347[MC_W],
+        v_ncse_378[MC_W], v_ncse_379[MC_W], v_ncse_381[MC_W], v_ncse_448[MC_W], v_ncse_449[MC_W],
+        v_ncse_450[MC_W], v_ncse_386[MC_W], v_ncse_451[MC_W], v_ncse_452[MC_W], v_ncse_453[MC_W],
+        v_ncse_454[MC_W], v_ncse_421[MC_W], v_ncse_431[MC_W], v_ncse_14[MC_W], v_ncse_16[MC_W],
+        v_ncse_17[MC_W], v_ncse_19[MC_W], v_ncse_20[MC_W], v_ncse_22[MC_W], v_ncse_23[MC_W],
+        v_ncse_33[MC_W], v_ncse_34[MC_W], v_ncse_36[MC_W], v_ncse_39[MC_W], v_ncse_41[MC_W],
+        v_ncse_47[MC_W], v_ncse_48[MC_W], v_ncse_49[MC_W], v_ncse_52[MC_W], v_ncse_53[MC_W],
+        v_ncse_54[MC_W], v_ncse_55[MC_W], v_ncse_56[MC_W], v_ncse_57[MC_W], v_ncse_60[MC_W],
+        v_ncse_61[MC_W], v_ncse_62[MC_W], v_ncse_63[MC_W], v_ncse_64[MC_W], v_ncse_65[MC_W],
+        v_ncse_67[MC_W], v_ncse_68[MC_W], v_ncse_69[MC_W], v_ncse_70[MC_W], v_ncse_71[MC_W],
+        v_ncse_72[MC_W], v_ncse_75[MC_W], v_ncse_76[MC_W], v_ncse_77[MC_W], v_ncse_78[MC_W],
+        v_ncse_79[MC_W], v_ncse_90[MC_W], v_nt1_r_0[MC_W], v_nt1_r_1[MC_W], v_nt1_r_2[MC_W],
+        v_nt1_r_3[MC_W], v_nt1_r_4[MC_W], v_nt1_r_5[MC_W], v_nt1_r_6[MC_W], v_nt1_r_7[MC_W],
+        v_nt1_r_8[MC_W], v_nt1_r_9[MC_W], v_nt1_r_10[MC_W], v_nt1_r_11[MC_W], v_nt1_r_12[MC_W],
+        v_nt1_r_13[MC_W], v_nt1_r_14[MC_W], v_nt1_r_15[MC_W], v_nt1_r_16[MC_W], v_nt1_r_17[MC_W],
+        v_nt1_r_18[MC_W];
     MC_SIMD MC_LANES {
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
@@ -14347,134 +14276,35 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real o_j[950 * MC_W];
     int o_c[MC_W], o_it[MC_W];
     real o_r[MC_W];
-    real v_state_internal_Ep_0[MC_W];
-    real v_state_internal_Ep_1[MC_W];
-    real v_state_internal_Ep_2[MC_W];
-    real v_state_internal_Ep_3[MC_W];
-    real v_state_internal_Ep_4[MC_W];
-    real v_state_internal_Ep_5[MC_W];
-    real v_state_internal_ep[MC_W];
-    real v_state_internal_X1_0[MC_W];
-    real v_state_internal_X1_1[MC_W];
-    real v_state_internal_X1_2[MC_W];
-    real v_state_internal_X1_3[MC_W];
-    real v_state_internal_X1_4[MC_W];
-    real v_state_internal_X1_5[MC_W];
-    real v_state_internal_X2_0[MC_W];
-    real v_state_internal_X2_1[MC_W];
-    real v_state_internal_X2_2[MC_W];
-    real v_state_internal_X2_3[MC_W];
-    real v_state_internal_X2_4[MC_W];
-    real v_state_internal_X2_5[MC_W];
-    int v_chaboche2_return_map_converged[MC_W];
-    int v_chaboche2_return_map_iterations[MC_W];
-    real v_chaboche2_return_map_residual_norm[MC_W];
-    real v_cse_0[MC_W];
-    real v_cse_1[MC_W];
-    real v_cse_2[MC_W];
-    real v_cse_3[MC_W];
-    real v_cse_4[MC_W];
-    real v_cse_6[MC_W];
-    real v_cse_7[MC_W];
-    real v_cse_9[MC_W];
-    real v_cse_11[MC_W];
-    real v_cse_12[MC_W];
-    real v_cse_13[MC_W];
-    real v_cse_14[MC_W];
-    real v_cse_15[MC_W];
-    real v_cse_16[MC_W];
-    real v_cse_17[MC_W];
-    real v_cse_18[MC_W];
-    real v_cse_19[MC_W];
-    real v_cse_20[MC_W];
-    real v_cse_21[MC_W];
-    real v_cse_27[MC_W];
-    real v_cse_29[MC_W];
-    real v_cse_31[MC_W];
-    real v_cse_33[MC_W];
-    real v_cse_35[MC_W];
-    real v_cse_55[MC_W];
-    real v_cse_56[MC_W];
-    real v_cse_57[MC_W];
-    real v_cse_58[MC_W];
-    real v_cse_63[MC_W];
-    real v_cse_66[MC_W];
-    real v_cse_69[MC_W];
-    real v_cse_73[MC_W];
-    real v_cse_76[MC_W];
-    real v_cse_77[MC_W];
-    real v_cse_80[MC_W];
-    real v_cse_84[MC_W];
-    real v_cse_87[MC_W];
-    real v_cse_90[MC_W];
-    real v_cse_94[MC_W];
-    real v_cse_96[MC_W];
-    real v_cse_109[MC_W];
-    real v_cse_111[MC_W];
-    real v_cse_112[MC_W];
-    real v_cse_127[MC_W];
-    real v_cse_133[MC_W];
-    real v_cse_143[MC_W];
-    real v_cse_154[MC_W];
-    real v_cse_162[MC_W];
-    real v_cse_172[MC_W];
-    real v_cse_186[MC_W];
-    real v_cse_189[MC_W];
-    real v_cse_193[MC_W];
-    real v_cse_199[MC_W];
-    real v_cse_204[MC_W];
-    real v_cse_208[MC_W];
-    real v_cse_211[MC_W];
-    real v_cse_222[MC_W];
-    real v_cse_223[MC_W];
-    real v_cse_224[MC_W];
-    real v_cse_233[MC_W];
-    real v_cse_236[MC_W];
-    real v_cse_252[MC_W];
-    real v_cse_253[MC_W];
-    real v_cse_254[MC_W];
-    real v_cse_263[MC_W];
-    real v_cse_276[MC_W];
-    real v_cse_277[MC_W];
-    real v_cse_283[MC_W];
-    real v_cse_295[MC_W];
-    real v_cse_296[MC_W];
-    real v_cse_302[MC_W];
-    real v_cse_317[MC_W];
-    real v_cse_318[MC_W];
-    real v_cse_322[MC_W];
-    real v_cse_335[MC_W];
-    real v_cse_336[MC_W];
-    real v_cse_340[MC_W];
-    real v_cse_353[MC_W];
-    real v_cse_354[MC_W];
-    real v_cse_356[MC_W];
-    real v_cse_359[MC_W];
-    real v_cse_375[MC_W];
-    real v_cse_376[MC_W];
-    real v_cse_385[MC_W];
-    real v_cse_398[MC_W];
-    real v_cse_399[MC_W];
-    real v_cse_405[MC_W];
-    real v_cse_417[MC_W];
-    real v_cse_418[MC_W];
-    real v_cse_424[MC_W];
-    real v_cse_438[MC_W];
-    real v_cse_439[MC_W];
-    real v_cse_443[MC_W];
-    real v_cse_456[MC_W];
-    real v_cse_457[MC_W];
-    real v_cse_461[MC_W];
-    real v_cse_474[MC_W];
-    real v_cse_475[MC_W];
-    real v_cse_486[MC_W];
-    real v_cse_541[MC_W];
-    real v_cse_548[MC_W];
-    real v_cse_555[MC_W];
-    real v_cse_22[MC_W];
-    real v_cse_23[MC_W];
-    real v_cse_25[MC_W];
-    real v_cse_26[MC_W];
+    real
+        v_state_internal_Ep_0[MC_W], v_state_internal_Ep_1[MC_W], v_state_internal_Ep_2[MC_W],
+        v_state_internal_Ep_3[MC_W], v_state_internal_Ep_4[MC_W], v_state_internal_Ep_5[MC_W],
+        v_state_internal_ep[MC_W], v_state_internal_X1_0[MC_W], v_state_internal_X1_1[MC_W],
+        v_state_internal_X1_2[MC_W], v_state_internal_X1_3[MC_W], v_state_internal_X1_4[MC_W],
+        v_state_internal_X1_5[MC_W], v_state_internal_X2_0[MC_W], v_state_internal_X2_1[MC_W],
+        v_state_internal_X2_2[MC_W], v_state_internal_X2_3[MC_W], v_state_internal_X2_4[MC_W],
+        v_state_internal_X2_5[MC_W], v_chaboche2_return_map_residual_norm[MC_W], v_cse_0[MC_W],
+        v_cse_1[MC_W], v_cse_2[MC_W], v_cse_3[MC_W], v_cse_4[MC_W], v_cse_6[MC_W], v_cse_7[MC_W],
+        v_cse_9[MC_W], v_cse_11[MC_W], v_cse_12[MC_W], v_cse_13[MC_W], v_cse_14[MC_W], v_cse_15[MC_W],
+        v_cse_16[MC_W], v_cse_17[MC_W], v_cse_18[MC_W], v_cse_19[MC_W], v_cse_20[MC_W], v_cse_21[MC_W],
+        v_cse_27[MC_W], v_cse_29[MC_W], v_cse_31[MC_W], v_cse_33[MC_W], v_cse_35[MC_W], v_cse_55[MC_W],
+        v_cse_56[MC_W], v_cse_57[MC_W], v_cse_58[MC_W], v_cse_63[MC_W], v_cse_66[MC_W], v_cse_69[MC_W],
+        v_cse_73[MC_W], v_cse_76[MC_W], v_cse_77[MC_W], v_cse_80[MC_W], v_cse_84[MC_W], v_cse_87[MC_W],
+        v_cse_90[MC_W], v_cse_94[MC_W], v_cse_96[MC_W], v_cse_109[MC_W], v_cse_111[MC_W],
+        v_cse_112[MC_W], v_cse_127[MC_W], v_cse_133[MC_W], v_cse_143[MC_W], v_cse_154[MC_W],
+        v_cse_162[MC_W], v_cse_172[MC_W], v_cse_186[MC_W], v_cse_189[MC_W], v_cse_193[MC_W],
+        v_cse_199[MC_W], v_cse_204[MC_W], v_cse_208[MC_W], v_cse_211[MC_W], v_cse_222[MC_W],
+        v_cse_223[MC_W], v_cse_224[MC_W], v_cse_233[MC_W], v_cse_236[MC_W], v_cse_252[MC_W],
+        v_cse_253[MC_W], v_cse_254[MC_W], v_cse_263[MC_W], v_cse_276[MC_W], v_cse_277[MC_W],
+        v_cse_283[MC_W], v_cse_295[MC_W], v_cse_296[MC_W], v_cse_302[MC_W], v_cse_317[MC_W],
+        v_cse_318[MC_W], v_cse_322[MC_W], v_cse_335[MC_W], v_cse_336[MC_W], v_cse_340[MC_W],
+        v_cse_353[MC_W], v_cse_354[MC_W], v_cse_356[MC_W], v_cse_359[MC_W], v_cse_375[MC_W],
+        v_cse_376[MC_W], v_cse_385[MC_W], v_cse_398[MC_W], v_cse_399[MC_W], v_cse_405[MC_W],
+        v_cse_417[MC_W], v_cse_418[MC_W], v_cse_424[MC_W], v_cse_438[MC_W], v_cse_439[MC_W],
+        v_cse_443[MC_W], v_cse_456[MC_W], v_cse_457[MC_W], v_cse_461[MC_W], v_cse_474[MC_W],
+        v_cse_475[MC_W], v_cse_486[MC_W], v_cse_541[MC_W], v_cse_548[MC_W], v_cse_555[MC_W],
+        v_cse_22[MC_W], v_cse_23[MC_W], v_cse_25[MC_W], v_cse_26[MC_W];
+    int v_chaboche2_return_map_converged[MC_W], v_chaboche2_return_map_iterations[MC_W];
     newton_1(
         (v_p + 7 * MC_W), (v_p + 9 * MC_W), (v_p + 0 * MC_W), (v_p + 2 * MC_W), (v_p + 3 * MC_W),
         (v_p + 5 * MC_W), (v_p + 8 * MC_W), (v_p + 10 * MC_W), (v_p + 6 * MC_W), (v_p + 1 * MC_W),

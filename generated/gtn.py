@@ -3019,64 +3019,19 @@ MC_INLINE void newton_1_iterate(
     const mc_args *restrict a, const int V) {
     real mc_A[81 * MC_W], mc_B[9 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
-    real v_ncse_3[MC_W];
-    real v_ncse_7[MC_W];
-    real v_ncse_8[MC_W];
-    real v_ncse_16[MC_W];
-    real v_ncse_17[MC_W];
-    real v_ncse_18[MC_W];
-    real v_ncse_19[MC_W];
-    real v_ncse_48[MC_W];
-    real v_ncse_49[MC_W];
-    real v_ncse_62[MC_W];
-    real v_ncse_63[MC_W];
-    real v_ncse_70[MC_W];
-    real v_ncse_73[MC_W];
-    real v_ncse_121[MC_W];
-    real v_ncse_123[MC_W];
-    real v_ncse_134[MC_W];
-    real v_ncse_150[MC_W];
-    real v_ncse_13[MC_W];
-    real v_ncse_5[MC_W];
-    real v_ncse_12[MC_W];
-    real v_ncse_14[MC_W];
-    real v_ncse_21[MC_W];
-    real v_ncse_22[MC_W];
-    real v_ncse_24[MC_W];
-    real v_ncse_25[MC_W];
-    real v_ncse_28[MC_W];
-    real v_ncse_30[MC_W];
-    real v_ncse_31[MC_W];
-    real v_ncse_33[MC_W];
-    real v_ncse_34[MC_W];
-    real v_ncse_37[MC_W];
-    real v_ncse_39[MC_W];
-    real v_ncse_40[MC_W];
-    real v_ncse_43[MC_W];
-    real v_ncse_45[MC_W];
-    real v_ncse_46[MC_W];
-    real v_ncse_47[MC_W];
-    real v_ncse_53[MC_W];
-    real v_ncse_54[MC_W];
-    real v_ncse_55[MC_W];
-    real v_ncse_56[MC_W];
-    real v_ncse_57[MC_W];
-    real v_ncse_58[MC_W];
-    real v_ncse_59[MC_W];
-    real v_ncse_60[MC_W];
-    real v_ncse_61[MC_W];
-    real v_ncse_64[MC_W];
-    real v_ncse_65[MC_W];
-    real v_ncse_100[MC_W];
-    real v_nt1_r_0[MC_W];
-    real v_nt1_r_1[MC_W];
-    real v_nt1_r_2[MC_W];
-    real v_nt1_r_3[MC_W];
-    real v_nt1_r_4[MC_W];
-    real v_nt1_r_5[MC_W];
-    real v_nt1_r_6[MC_W];
-    real v_nt1_r_7[MC_W];
-    real v_nt1_r_8[MC_W];
+    real
+        v_ncse_3[MC_W], v_ncse_7[MC_W], v_ncse_8[MC_W], v_ncse_16[MC_W], v_ncse_17[MC_W],
+        v_ncse_18[MC_W], v_ncse_19[MC_W], v_ncse_48[MC_W], v_ncse_49[MC_W], v_ncse_62[MC_W],
+        v_ncse_63[MC_W], v_ncse_70[MC_W], v_ncse_73[MC_W], v_ncse_121[MC_W], v_ncse_123[MC_W],
+        v_ncse_134[MC_W], v_ncse_150[MC_W], v_ncse_13[MC_W], v_ncse_5[MC_W], v_ncse_12[MC_W],
+        v_ncse_14[MC_W], v_ncse_21[MC_W], v_ncse_22[MC_W], v_ncse_24[MC_W], v_ncse_25[MC_W],
+        v_ncse_28[MC_W], v_ncse_30[MC_W], v_ncse_31[MC_W], v_ncse_33[MC_W], v_ncse_34[MC_W],
+        v_ncse_37[MC_W], v_ncse_39[MC_W], v_ncse_40[MC_W], v_ncse_43[MC_W], v_ncse_45[MC_W],
+        v_ncse_46[MC_W], v_ncse_47[MC_W], v_ncse_53[MC_W], v_ncse_54[MC_W], v_ncse_55[MC_W],
+        v_ncse_56[MC_W], v_ncse_57[MC_W], v_ncse_58[MC_W], v_ncse_59[MC_W], v_ncse_60[MC_W],
+        v_ncse_61[MC_W], v_ncse_64[MC_W], v_ncse_65[MC_W], v_ncse_100[MC_W], v_nt1_r_0[MC_W],
+        v_nt1_r_1[MC_W], v_nt1_r_2[MC_W], v_nt1_r_3[MC_W], v_nt1_r_4[MC_W], v_nt1_r_5[MC_W],
+        v_nt1_r_6[MC_W], v_nt1_r_7[MC_W], v_nt1_r_8[MC_W];
     MC_SIMD MC_LANES {
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
@@ -3889,110 +3844,30 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real o_j[345 * MC_W];
     int o_c[MC_W], o_it[MC_W];
     real o_r[MC_W];
-    real v_state_internal_Ep_0[MC_W];
-    real v_state_internal_Ep_1[MC_W];
-    real v_state_internal_Ep_2[MC_W];
-    real v_state_internal_Ep_3[MC_W];
-    real v_state_internal_Ep_4[MC_W];
-    real v_state_internal_Ep_5[MC_W];
-    real v_state_internal_ep[MC_W];
-    real v_state_internal_phi[MC_W];
-    real v_state_internal_gamma_rate[MC_W];
-    int v_gtn_return_map_converged[MC_W];
-    int v_gtn_return_map_iterations[MC_W];
-    real v_gtn_return_map_residual_norm[MC_W];
-    real v_cse_0[MC_W];
-    real v_cse_1[MC_W];
-    real v_cse_2[MC_W];
-    real v_cse_4[MC_W];
-    real v_cse_5[MC_W];
-    real v_cse_7[MC_W];
-    real v_cse_8[MC_W];
-    real v_cse_10[MC_W];
-    real v_cse_11[MC_W];
-    real v_cse_12[MC_W];
-    real v_cse_16[MC_W];
-    real v_state_S_3[MC_W];
-    real v_cse_18[MC_W];
-    real v_state_S_4[MC_W];
-    real v_cse_20[MC_W];
-    real v_state_S_5[MC_W];
-    real v_cse_22[MC_W];
-    real v_cse_25[MC_W];
-    real v_cse_26[MC_W];
-    real v_cse_43[MC_W];
-    real v_cse_86[MC_W];
-    real v_cse_119[MC_W];
-    real v_cse_118[MC_W];
-    real v_cse_122[MC_W];
-    real v_cse_123[MC_W];
-    real v_cse_125[MC_W];
-    real v_cse_126[MC_W];
-    real v_cse_127[MC_W];
-    real v_cse_131[MC_W];
-    real v_cse_133[MC_W];
-    real v_cse_135[MC_W];
-    real v_cse_136[MC_W];
-    real v_cse_137[MC_W];
-    real v_cse_143[MC_W];
-    real v_cse_146[MC_W];
-    real v_cse_147[MC_W];
-    real v_cse_150[MC_W];
-    real v_cse_152[MC_W];
-    real v_cse_156[MC_W];
-    real v_cse_159[MC_W];
-    real v_cse_161[MC_W];
-    real v_cse_163[MC_W];
-    real v_cse_164[MC_W];
-    real v_cse_166[MC_W];
-    real v_cse_168[MC_W];
-    real v_cse_169[MC_W];
-    real v_cse_170[MC_W];
-    real v_cse_171[MC_W];
-    real v_cse_174[MC_W];
-    real v_cse_176[MC_W];
-    real v_cse_178[MC_W];
-    real v_cse_179[MC_W];
-    real v_cse_186[MC_W];
-    real v_cse_195[MC_W];
-    real v_cse_196[MC_W];
-    real v_cse_197[MC_W];
-    real v_cse_199[MC_W];
-    real v_cse_201[MC_W];
-    real v_cse_206[MC_W];
-    real v_cse_207[MC_W];
-    real v_cse_208[MC_W];
-    real v_cse_209[MC_W];
-    real v_cse_210[MC_W];
-    real v_cse_213[MC_W];
-    real v_cse_214[MC_W];
-    real v_cse_215[MC_W];
-    real v_cse_216[MC_W];
-    real v_cse_217[MC_W];
-    real v_cse_218[MC_W];
-    real v_cse_219[MC_W];
-    real v_cse_220[MC_W];
-    real v_cse_221[MC_W];
-    real v_cse_223[MC_W];
-    real v_cse_224[MC_W];
-    real v_cse_225[MC_W];
-    real v_cse_237[MC_W];
-    real v_cse_278[MC_W];
-    real v_cse_78[MC_W];
-    real v_cse_80[MC_W];
-    real v_cse_81[MC_W];
-    real v_cse_82[MC_W];
-    real v_cse_83[MC_W];
-    real v_cse_84[MC_W];
-    real v_cse_88[MC_W];
-    real v_cse_90[MC_W];
-    real v_cse_92[MC_W];
-    real v_cse_94[MC_W];
-    real v_cse_97[MC_W];
-    real v_cse_98[MC_W];
-    real v_cse_99[MC_W];
-    real v_cse_100[MC_W];
-    real v_cse_101[MC_W];
+    real
+        v_state_internal_Ep_0[MC_W], v_state_internal_Ep_1[MC_W], v_state_internal_Ep_2[MC_W],
+        v_state_internal_Ep_3[MC_W], v_state_internal_Ep_4[MC_W], v_state_internal_Ep_5[MC_W],
+        v_state_internal_ep[MC_W], v_state_internal_phi[MC_W], v_state_internal_gamma_rate[MC_W],
+        v_gtn_return_map_residual_norm[MC_W], v_cse_0[MC_W], v_cse_1[MC_W], v_cse_2[MC_W],
+        v_cse_4[MC_W], v_cse_5[MC_W], v_cse_7[MC_W], v_cse_8[MC_W], v_cse_10[MC_W], v_cse_11[MC_W],
+        v_cse_12[MC_W], v_cse_16[MC_W], v_state_S_3[MC_W], v_cse_18[MC_W], v_state_S_4[MC_W],
+        v_cse_20[MC_W], v_state_S_5[MC_W], v_cse_22[MC_W], v_cse_25[MC_W], v_cse_26[MC_W],
+        v_cse_43[MC_W], v_cse_86[MC_W], v_cse_119[MC_W], v_cse_118[MC_W], v_cse_122[MC_W],
+        v_cse_123[MC_W], v_cse_125[MC_W], v_cse_126[MC_W], v_cse_127[MC_W], v_cse_131[MC_W],
+        v_cse_133[MC_W], v_cse_135[MC_W], v_cse_136[MC_W], v_cse_137[MC_W], v_cse_143[MC_W],
+        v_cse_146[MC_W], v_cse_147[MC_W], v_cse_150[MC_W], v_cse_152[MC_W], v_cse_156[MC_W],
+        v_cse_159[MC_W], v_cse_161[MC_W], v_cse_163[MC_W], v_cse_164[MC_W], v_cse_166[MC_W],
+        v_cse_168[MC_W], v_cse_169[MC_W], v_cse_170[MC_W], v_cse_171[MC_W], v_cse_174[MC_W],
+        v_cse_176[MC_W], v_cse_178[MC_W], v_cse_179[MC_W], v_cse_186[MC_W], v_cse_195[MC_W],
+        v_cse_196[MC_W], v_cse_197[MC_W], v_cse_199[MC_W], v_cse_201[MC_W], v_cse_206[MC_W],
+        v_cse_207[MC_W], v_cse_208[MC_W], v_cse_209[MC_W], v_cse_210[MC_W], v_cse_213[MC_W],
+        v_cse_214[MC_W], v_cse_215[MC_W], v_cse_216[MC_W], v_cse_217[MC_W], v_cse_218[MC_W],
+        v_cse_219[MC_W], v_cse_220[MC_W], v_cse_221[MC_W], v_cse_223[MC_W], v_cse_224[MC_W],
+        v_cse_225[MC_W], v_cse_237[MC_W], v_cse_278[MC_W], v_cse_78[MC_W], v_cse_80[MC_W],
+        v_cse_81[MC_W], v_cse_82[MC_W], v_cse_83[MC_W], v_cse_84[MC_W], v_cse_88[MC_W], v_cse_90[MC_W],
+        v_cse_92[MC_W], v_cse_94[MC_W], v_cse_97[MC_W], v_cse_98[MC_W], v_cse_99[MC_W],
+        v_cse_100[MC_W], v_cse_101[MC_W];
+    int v_gtn_return_map_converged[MC_W], v_gtn_return_map_iterations[MC_W];
     newton_1(
         (v_p + 1 * MC_W), (v_p + 3 * MC_W), (v_p + 2 * MC_W), (v_p + 5 * MC_W), (v_p + 6 * MC_W),
         (v_p + 7 * MC_W), (v_p + 4 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W), (v_x0 + 2 * MC_W),

@@ -2128,44 +2128,15 @@ MC_INLINE void newton_1_iterate(
     real *restrict v_j2_perfect_return_map_residual_norm, const mc_args *restrict a, const int V) {
     real mc_A[49 * MC_W], mc_B[7 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
-    real v_ncse_2[MC_W];
-    real v_ncse_6[MC_W];
-    real v_ncse_7[MC_W];
-    real v_ncse_13[MC_W];
-    real v_ncse_16[MC_W];
-    real v_ncse_25[MC_W];
-    real v_ncse_35[MC_W];
-    real v_ncse_46[MC_W];
-    real v_ncse_47[MC_W];
-    real v_ncse_76[MC_W];
-    real v_ncse_77[MC_W];
-    real v_ncse_91[MC_W];
-    real v_ncse_92[MC_W];
-    real v_ncse_93[MC_W];
-    real v_ncse_94[MC_W];
-    real v_ncse_97[MC_W];
-    real v_ncse_121[MC_W];
-    real v_ncse_12[MC_W];
-    real v_ncse_15[MC_W];
-    real v_ncse_17[MC_W];
-    real v_ncse_19[MC_W];
-    real v_ncse_20[MC_W];
-    real v_ncse_22[MC_W];
-    real v_ncse_23[MC_W];
-    real v_ncse_29[MC_W];
-    real v_ncse_30[MC_W];
-    real v_ncse_31[MC_W];
-    real v_ncse_33[MC_W];
-    real v_ncse_34[MC_W];
-    real v_ncse_36[MC_W];
-    real v_ncse_40[MC_W];
-    real v_nt1_r_0[MC_W];
-    real v_nt1_r_1[MC_W];
-    real v_nt1_r_2[MC_W];
-    real v_nt1_r_3[MC_W];
-    real v_nt1_r_4[MC_W];
-    real v_nt1_r_5[MC_W];
-    real v_nt1_r_6[MC_W];
+    real
+        v_ncse_2[MC_W], v_ncse_6[MC_W], v_ncse_7[MC_W], v_ncse_13[MC_W], v_ncse_16[MC_W],
+        v_ncse_25[MC_W], v_ncse_35[MC_W], v_ncse_46[MC_W], v_ncse_47[MC_W], v_ncse_76[MC_W],
+        v_ncse_77[MC_W], v_ncse_91[MC_W], v_ncse_92[MC_W], v_ncse_93[MC_W], v_ncse_94[MC_W],
+        v_ncse_97[MC_W], v_ncse_121[MC_W], v_ncse_12[MC_W], v_ncse_15[MC_W], v_ncse_17[MC_W],
+        v_ncse_19[MC_W], v_ncse_20[MC_W], v_ncse_22[MC_W], v_ncse_23[MC_W], v_ncse_29[MC_W],
+        v_ncse_30[MC_W], v_ncse_31[MC_W], v_ncse_33[MC_W], v_ncse_34[MC_W], v_ncse_36[MC_W],
+        v_ncse_40[MC_W], v_nt1_r_0[MC_W], v_nt1_r_1[MC_W], v_nt1_r_2[MC_W], v_nt1_r_3[MC_W],
+        v_nt1_r_4[MC_W], v_nt1_r_5[MC_W], v_nt1_r_6[MC_W];
     MC_SIMD MC_LANES {
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
@@ -2822,74 +2793,22 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real o_j[221 * MC_W];
     int o_c[MC_W], o_it[MC_W];
     real o_r[MC_W];
-    real v_state_internal_Ep_0[MC_W];
-    real v_state_internal_Ep_1[MC_W];
-    real v_state_internal_Ep_2[MC_W];
-    real v_state_internal_Ep_3[MC_W];
-    real v_state_internal_Ep_4[MC_W];
-    real v_state_internal_Ep_5[MC_W];
-    real v_state_internal_gamma_rate[MC_W];
-    int v_j2_perfect_return_map_converged[MC_W];
-    int v_j2_perfect_return_map_iterations[MC_W];
-    real v_j2_perfect_return_map_residual_norm[MC_W];
-    real v_cse_0[MC_W];
-    real v_cse_1[MC_W];
-    real v_cse_2[MC_W];
-    real v_cse_3[MC_W];
-    real v_cse_4[MC_W];
-    real v_cse_6[MC_W];
-    real v_cse_7[MC_W];
-    real v_cse_9[MC_W];
-    real v_cse_11[MC_W];
-    real v_cse_12[MC_W];
-    real v_cse_13[MC_W];
-    real v_cse_14[MC_W];
-    real v_cse_15[MC_W];
-    real v_state_S_3[MC_W];
-    real v_cse_17[MC_W];
-    real v_state_S_4[MC_W];
-    real v_cse_19[MC_W];
-    real v_state_S_5[MC_W];
-    real v_cse_21[MC_W];
-    real v_cse_22[MC_W];
-    real v_cse_23[MC_W];
-    real v_cse_24[MC_W];
-    real v_cse_26[MC_W];
-    real v_cse_39[MC_W];
-    real v_cse_40[MC_W];
-    real v_cse_43[MC_W];
-    real v_cse_46[MC_W];
-    real v_cse_50[MC_W];
-    real v_cse_51[MC_W];
-    real v_cse_53[MC_W];
-    real v_cse_57[MC_W];
-    real v_cse_58[MC_W];
-    real v_cse_61[MC_W];
-    real v_cse_63[MC_W];
-    real v_cse_64[MC_W];
-    real v_cse_66[MC_W];
-    real v_cse_67[MC_W];
-    real v_cse_68[MC_W];
-    real v_cse_69[MC_W];
-    real v_cse_72[MC_W];
-    real v_cse_74[MC_W];
-    real v_cse_77[MC_W];
-    real v_cse_79[MC_W];
-    real v_cse_81[MC_W];
-    real v_cse_88[MC_W];
-    real v_cse_95[MC_W];
-    real v_cse_97[MC_W];
-    real v_cse_103[MC_W];
-    real v_cse_104[MC_W];
-    real v_cse_107[MC_W];
-    real v_cse_108[MC_W];
-    real v_cse_113[MC_W];
-    real v_cse_114[MC_W];
-    real v_cse_115[MC_W];
-    real v_cse_147[MC_W];
-    real v_cse_25[MC_W];
-    real v_cse_28[MC_W];
-    real v_cse_29[MC_W];
+    real
+        v_state_internal_Ep_0[MC_W], v_state_internal_Ep_1[MC_W], v_state_internal_Ep_2[MC_W],
+        v_state_internal_Ep_3[MC_W], v_state_internal_Ep_4[MC_W], v_state_internal_Ep_5[MC_W],
+        v_state_internal_gamma_rate[MC_W], v_j2_perfect_return_map_residual_norm[MC_W], v_cse_0[MC_W],
+        v_cse_1[MC_W], v_cse_2[MC_W], v_cse_3[MC_W], v_cse_4[MC_W], v_cse_6[MC_W], v_cse_7[MC_W],
+        v_cse_9[MC_W], v_cse_11[MC_W], v_cse_12[MC_W], v_cse_13[MC_W], v_cse_14[MC_W], v_cse_15[MC_W],
+        v_state_S_3[MC_W], v_cse_17[MC_W], v_state_S_4[MC_W], v_cse_19[MC_W], v_state_S_5[MC_W],
+        v_cse_21[MC_W], v_cse_22[MC_W], v_cse_23[MC_W], v_cse_24[MC_W], v_cse_26[MC_W], v_cse_39[MC_W],
+        v_cse_40[MC_W], v_cse_43[MC_W], v_cse_46[MC_W], v_cse_50[MC_W], v_cse_51[MC_W], v_cse_53[MC_W],
+        v_cse_57[MC_W], v_cse_58[MC_W], v_cse_61[MC_W], v_cse_63[MC_W], v_cse_64[MC_W], v_cse_66[MC_W],
+        v_cse_67[MC_W], v_cse_68[MC_W], v_cse_69[MC_W], v_cse_72[MC_W], v_cse_74[MC_W], v_cse_77[MC_W],
+        v_cse_79[MC_W], v_cse_81[MC_W], v_cse_88[MC_W], v_cse_95[MC_W], v_cse_97[MC_W],
+        v_cse_103[MC_W], v_cse_104[MC_W], v_cse_107[MC_W], v_cse_108[MC_W], v_cse_113[MC_W],
+        v_cse_114[MC_W], v_cse_115[MC_W], v_cse_147[MC_W], v_cse_25[MC_W], v_cse_28[MC_W],
+        v_cse_29[MC_W];
+    int v_j2_perfect_return_map_converged[MC_W], v_j2_perfect_return_map_iterations[MC_W];
     newton_1(
         (v_p + 0 * MC_W), (v_p + 1 * MC_W), (v_p + 2 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W),
         (v_x0 + 2 * MC_W), (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W),

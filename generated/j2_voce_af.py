@@ -2939,34 +2939,13 @@ static void newton_1(
     real *restrict v_j2_voce_af_radial_return_solve_residual_norm, const mc_args *restrict a) {
     real v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
-    real v_ncse_5[MC_W];
-    real v_ncse_7[MC_W];
-    real v_ncse_49[MC_W];
-    real v_ncse_50[MC_W];
-    real v_ncse_51[MC_W];
-    real v_ncse_14[MC_W];
-    real v_ncse_52[MC_W];
-    real v_ncse_19[MC_W];
-    real v_ncse_53[MC_W];
-    real v_ncse_22[MC_W];
-    real v_ncse_54[MC_W];
-    real v_ncse_55[MC_W];
-    real v_ncse_45[MC_W];
-    real v_ncse_46[MC_W];
-    real v_ncse_56[MC_W];
-    real v_ncse_4[MC_W];
-    real v_ncse_8[MC_W];
-    real v_ncse_9[MC_W];
-    real v_ncse_10[MC_W];
-    real v_ncse_11[MC_W];
-    real v_ncse_17[MC_W];
-    real v_ncse_21[MC_W];
-    real v_ncse_23[MC_W];
-    real v_ncse_24[MC_W];
-    real v_ncse_27[MC_W];
-    real v_ncse_28[MC_W];
-    real v_ncse_39[MC_W];
-    real v_nt1_r_0[MC_W];
+    real
+        v_ncse_5[MC_W], v_ncse_7[MC_W], v_ncse_49[MC_W], v_ncse_50[MC_W], v_ncse_51[MC_W],
+        v_ncse_14[MC_W], v_ncse_52[MC_W], v_ncse_19[MC_W], v_ncse_53[MC_W], v_ncse_22[MC_W],
+        v_ncse_54[MC_W], v_ncse_55[MC_W], v_ncse_45[MC_W], v_ncse_46[MC_W], v_ncse_56[MC_W],
+        v_ncse_4[MC_W], v_ncse_8[MC_W], v_ncse_9[MC_W], v_ncse_10[MC_W], v_ncse_11[MC_W],
+        v_ncse_17[MC_W], v_ncse_21[MC_W], v_ncse_23[MC_W], v_ncse_24[MC_W], v_ncse_27[MC_W],
+        v_ncse_28[MC_W], v_ncse_39[MC_W], v_nt1_r_0[MC_W];
     MC_SIMD MC_LANES {
         const real forces_E_0 = v_forces_E_0[l];
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
@@ -3219,10 +3198,10 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real o_j[522 * MC_W];
     int o_c[MC_W], o_it[MC_W];
     real o_r[MC_W];
-    real v_state_internal_dgamma[MC_W];
-    int v_j2_voce_af_radial_return_solve_converged[MC_W];
-    int v_j2_voce_af_radial_return_solve_iterations[MC_W];
-    real v_j2_voce_af_radial_return_solve_residual_norm[MC_W];
+    real v_state_internal_dgamma[MC_W], v_j2_voce_af_radial_return_solve_residual_norm[MC_W];
+    int
+        v_j2_voce_af_radial_return_solve_converged[MC_W],
+        v_j2_voce_af_radial_return_solve_iterations[MC_W];
     newton_1(
         (v_p + 3 * MC_W), (v_p + 0 * MC_W), (v_p + 5 * MC_W), (v_p + 6 * MC_W), (v_p + 4 * MC_W),
         (v_p + 1 * MC_W), (v_p + 2 * MC_W), (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W),

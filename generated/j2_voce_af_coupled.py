@@ -5206,56 +5206,17 @@ MC_INLINE void newton_1_iterate(
     real *restrict v_j2_voce_af_return_map_residual_norm, const mc_args *restrict a, const int V) {
     real mc_A[196 * MC_W], mc_B[14 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
-    real v_ncse_2[MC_W];
-    real v_ncse_3[MC_W];
-    real v_ncse_8[MC_W];
-    real v_ncse_29[MC_W];
-    real v_ncse_36[MC_W];
-    real v_ncse_55[MC_W];
-    real v_ncse_64[MC_W];
-    real v_ncse_132[MC_W];
-    real v_ncse_140[MC_W];
-    real v_ncse_185[MC_W];
-    real v_ncse_186[MC_W];
-    real v_ncse_187[MC_W];
-    real v_ncse_191[MC_W];
-    real v_ncse_236[MC_W];
-    real v_ncse_222[MC_W];
-    real v_ncse_237[MC_W];
-    real v_ncse_16[MC_W];
-    real v_ncse_19[MC_W];
-    real v_ncse_20[MC_W];
-    real v_ncse_23[MC_W];
-    real v_ncse_24[MC_W];
-    real v_ncse_27[MC_W];
-    real v_ncse_28[MC_W];
-    real v_ncse_34[MC_W];
-    real v_ncse_35[MC_W];
-    real v_ncse_40[MC_W];
-    real v_ncse_41[MC_W];
-    real v_ncse_46[MC_W];
-    real v_ncse_47[MC_W];
-    real v_ncse_48[MC_W];
-    real v_ncse_50[MC_W];
-    real v_ncse_51[MC_W];
-    real v_ncse_52[MC_W];
-    real v_ncse_53[MC_W];
-    real v_ncse_54[MC_W];
-    real v_ncse_56[MC_W];
-    real v_nt1_r_0[MC_W];
-    real v_nt1_r_1[MC_W];
-    real v_nt1_r_2[MC_W];
-    real v_nt1_r_3[MC_W];
-    real v_nt1_r_4[MC_W];
-    real v_nt1_r_5[MC_W];
-    real v_nt1_r_6[MC_W];
-    real v_nt1_r_7[MC_W];
-    real v_nt1_r_8[MC_W];
-    real v_nt1_r_9[MC_W];
-    real v_nt1_r_10[MC_W];
-    real v_nt1_r_11[MC_W];
-    real v_nt1_r_12[MC_W];
-    real v_nt1_r_13[MC_W];
+    real
+        v_ncse_2[MC_W], v_ncse_3[MC_W], v_ncse_8[MC_W], v_ncse_29[MC_W], v_ncse_36[MC_W],
+        v_ncse_55[MC_W], v_ncse_64[MC_W], v_ncse_132[MC_W], v_ncse_140[MC_W], v_ncse_185[MC_W],
+        v_ncse_186[MC_W], v_ncse_187[MC_W], v_ncse_191[MC_W], v_ncse_236[MC_W], v_ncse_222[MC_W],
+        v_ncse_237[MC_W], v_ncse_16[MC_W], v_ncse_19[MC_W], v_ncse_20[MC_W], v_ncse_23[MC_W],
+        v_ncse_24[MC_W], v_ncse_27[MC_W], v_ncse_28[MC_W], v_ncse_34[MC_W], v_ncse_35[MC_W],
+        v_ncse_40[MC_W], v_ncse_41[MC_W], v_ncse_46[MC_W], v_ncse_47[MC_W], v_ncse_48[MC_W],
+        v_ncse_50[MC_W], v_ncse_51[MC_W], v_ncse_52[MC_W], v_ncse_53[MC_W], v_ncse_54[MC_W],
+        v_ncse_56[MC_W], v_nt1_r_0[MC_W], v_nt1_r_1[MC_W], v_nt1_r_2[MC_W], v_nt1_r_3[MC_W],
+        v_nt1_r_4[MC_W], v_nt1_r_5[MC_W], v_nt1_r_6[MC_W], v_nt1_r_7[MC_W], v_nt1_r_8[MC_W],
+        v_nt1_r_9[MC_W], v_nt1_r_10[MC_W], v_nt1_r_11[MC_W], v_nt1_r_12[MC_W], v_nt1_r_13[MC_W];
     MC_SIMD MC_LANES {
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
@@ -7066,106 +7027,30 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real o_j[560 * MC_W];
     int o_c[MC_W], o_it[MC_W];
     real o_r[MC_W];
-    real v_state_internal_Ep_0[MC_W];
-    real v_state_internal_Ep_1[MC_W];
-    real v_state_internal_Ep_2[MC_W];
-    real v_state_internal_Ep_3[MC_W];
-    real v_state_internal_Ep_4[MC_W];
-    real v_state_internal_Ep_5[MC_W];
-    real v_state_internal_ep[MC_W];
-    real v_state_internal_X_0[MC_W];
-    real v_state_internal_X_1[MC_W];
-    real v_state_internal_X_2[MC_W];
-    real v_state_internal_X_3[MC_W];
-    real v_state_internal_X_4[MC_W];
-    real v_state_internal_X_5[MC_W];
-    real v_state_internal_gamma_rate[MC_W];
-    int v_j2_voce_af_return_map_converged[MC_W];
-    int v_j2_voce_af_return_map_iterations[MC_W];
-    real v_j2_voce_af_return_map_residual_norm[MC_W];
-    real v_cse_0[MC_W];
-    real v_cse_1[MC_W];
-    real v_cse_2[MC_W];
-    real v_cse_5[MC_W];
-    real v_cse_6[MC_W];
-    real v_cse_8[MC_W];
-    real v_cse_9[MC_W];
-    real v_cse_11[MC_W];
-    real v_cse_12[MC_W];
-    real v_cse_13[MC_W];
-    real v_cse_17[MC_W];
-    real v_cse_19[MC_W];
-    real v_cse_21[MC_W];
-    real v_cse_3[MC_W];
-    real v_cse_23[MC_W];
-    real v_cse_26[MC_W];
-    real v_cse_27[MC_W];
-    real v_cse_44[MC_W];
-    real v_cse_133[MC_W];
-    real v_cse_135[MC_W];
-    real v_cse_137[MC_W];
-    real v_cse_150[MC_W];
-    real v_cse_153[MC_W];
-    real v_cse_154[MC_W];
-    real v_cse_155[MC_W];
-    real v_cse_156[MC_W];
-    real v_cse_160[MC_W];
-    real v_cse_161[MC_W];
-    real v_cse_165[MC_W];
-    real v_cse_168[MC_W];
-    real v_cse_170[MC_W];
-    real v_cse_172[MC_W];
-    real v_cse_175[MC_W];
-    real v_cse_179[MC_W];
-    real v_cse_183[MC_W];
-    real v_cse_199[MC_W];
-    real v_cse_202[MC_W];
-    real v_cse_204[MC_W];
-    real v_cse_207[MC_W];
-    real v_cse_210[MC_W];
-    real v_cse_222[MC_W];
-    real v_cse_224[MC_W];
-    real v_cse_227[MC_W];
-    real v_cse_230[MC_W];
-    real v_cse_240[MC_W];
-    real v_cse_242[MC_W];
-    real v_cse_244[MC_W];
-    real v_cse_247[MC_W];
-    real v_cse_250[MC_W];
-    real v_cse_255[MC_W];
-    real v_cse_261[MC_W];
-    real v_cse_265[MC_W];
-    real v_cse_279[MC_W];
-    real v_cse_281[MC_W];
-    real v_cse_291[MC_W];
-    real v_cse_299[MC_W];
-    real v_cse_309[MC_W];
-    real v_cse_314[MC_W];
-    real v_cse_316[MC_W];
-    real v_cse_318[MC_W];
-    real v_cse_320[MC_W];
-    real v_cse_321[MC_W];
-    real v_cse_322[MC_W];
-    real v_cse_324[MC_W];
-    real v_cse_325[MC_W];
-    real v_cse_340[MC_W];
-    real v_cse_341[MC_W];
-    real v_cse_342[MC_W];
-    real v_cse_94[MC_W];
-    real v_cse_96[MC_W];
-    real v_cse_97[MC_W];
-    real v_cse_98[MC_W];
-    real v_cse_99[MC_W];
-    real v_cse_100[MC_W];
-    real v_cse_104[MC_W];
-    real v_cse_106[MC_W];
-    real v_cse_108[MC_W];
-    real v_cse_110[MC_W];
-    real v_cse_113[MC_W];
-    real v_cse_114[MC_W];
-    real v_cse_115[MC_W];
-    real v_cse_116[MC_W];
-    real v_cse_117[MC_W];
+    real
+        v_state_internal_Ep_0[MC_W], v_state_internal_Ep_1[MC_W], v_state_internal_Ep_2[MC_W],
+        v_state_internal_Ep_3[MC_W], v_state_internal_Ep_4[MC_W], v_state_internal_Ep_5[MC_W],
+        v_state_internal_ep[MC_W], v_state_internal_X_0[MC_W], v_state_internal_X_1[MC_W],
+        v_state_internal_X_2[MC_W], v_state_internal_X_3[MC_W], v_state_internal_X_4[MC_W],
+        v_state_internal_X_5[MC_W], v_state_internal_gamma_rate[MC_W],
+        v_j2_voce_af_return_map_residual_norm[MC_W], v_cse_0[MC_W], v_cse_1[MC_W], v_cse_2[MC_W],
+        v_cse_5[MC_W], v_cse_6[MC_W], v_cse_8[MC_W], v_cse_9[MC_W], v_cse_11[MC_W], v_cse_12[MC_W],
+        v_cse_13[MC_W], v_cse_17[MC_W], v_cse_19[MC_W], v_cse_21[MC_W], v_cse_3[MC_W], v_cse_23[MC_W],
+        v_cse_26[MC_W], v_cse_27[MC_W], v_cse_44[MC_W], v_cse_133[MC_W], v_cse_135[MC_W],
+        v_cse_137[MC_W], v_cse_150[MC_W], v_cse_153[MC_W], v_cse_154[MC_W], v_cse_155[MC_W],
+        v_cse_156[MC_W], v_cse_160[MC_W], v_cse_161[MC_W], v_cse_165[MC_W], v_cse_168[MC_W],
+        v_cse_170[MC_W], v_cse_172[MC_W], v_cse_175[MC_W], v_cse_179[MC_W], v_cse_183[MC_W],
+        v_cse_199[MC_W], v_cse_202[MC_W], v_cse_204[MC_W], v_cse_207[MC_W], v_cse_210[MC_W],
+        v_cse_222[MC_W], v_cse_224[MC_W], v_cse_227[MC_W], v_cse_230[MC_W], v_cse_240[MC_W],
+        v_cse_242[MC_W], v_cse_244[MC_W], v_cse_247[MC_W], v_cse_250[MC_W], v_cse_255[MC_W],
+        v_cse_261[MC_W], v_cse_265[MC_W], v_cse_279[MC_W], v_cse_281[MC_W], v_cse_291[MC_W],
+        v_cse_299[MC_W], v_cse_309[MC_W], v_cse_314[MC_W], v_cse_316[MC_W], v_cse_318[MC_W],
+        v_cse_320[MC_W], v_cse_321[MC_W], v_cse_322[MC_W], v_cse_324[MC_W], v_cse_325[MC_W],
+        v_cse_340[MC_W], v_cse_341[MC_W], v_cse_342[MC_W], v_cse_94[MC_W], v_cse_96[MC_W],
+        v_cse_97[MC_W], v_cse_98[MC_W], v_cse_99[MC_W], v_cse_100[MC_W], v_cse_104[MC_W],
+        v_cse_106[MC_W], v_cse_108[MC_W], v_cse_110[MC_W], v_cse_113[MC_W], v_cse_114[MC_W],
+        v_cse_115[MC_W], v_cse_116[MC_W], v_cse_117[MC_W];
+    int v_j2_voce_af_return_map_converged[MC_W], v_j2_voce_af_return_map_iterations[MC_W];
     newton_1(
         (v_p + 5 * MC_W), (v_p + 0 * MC_W), (v_p + 2 * MC_W), (v_p + 3 * MC_W), (v_p + 6 * MC_W),
         (v_p + 1 * MC_W), (v_p + 4 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W), (v_x0 + 2 * MC_W),

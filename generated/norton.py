@@ -1679,17 +1679,10 @@ static void newton_1(
     real *restrict v_norton_radial_return_solve_residual_norm, const mc_args *restrict a) {
     real v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
-    real v_ncse_1[MC_W];
-    real v_ncse_2[MC_W];
-    real v_ncse_8[MC_W];
-    real v_ncse_9[MC_W];
-    real v_ncse_10[MC_W];
-    real v_ncse_13[MC_W];
-    real v_ncse_22[MC_W];
-    real v_ncse_23[MC_W];
-    real v_ncse_11[MC_W];
-    real v_ncse_12[MC_W];
-    real v_nt1_r_0[MC_W];
+    real
+        v_ncse_1[MC_W], v_ncse_2[MC_W], v_ncse_8[MC_W], v_ncse_9[MC_W], v_ncse_10[MC_W],
+        v_ncse_13[MC_W], v_ncse_22[MC_W], v_ncse_23[MC_W], v_ncse_11[MC_W], v_ncse_12[MC_W],
+        v_nt1_r_0[MC_W];
     MC_SIMD MC_LANES {
         const real norton_radial_return_solve_guess_state_internal_svm = v_norton_radial_return_solve_guess_state_internal_svm[l];
         const real forces_t = v_forces_t[l];
@@ -1845,14 +1838,11 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real o_j[253 * MC_W];
     int o_c[MC_W], o_it[MC_W];
     real o_r[MC_W];
-    real v_cse_0[MC_W];
-    real v_cse_1[MC_W];
-    real v_cse_2[MC_W];
-    real v_norton_radial_return_solve_guess_state_internal_svm[MC_W];
-    real v_state_internal_svm[MC_W];
-    int v_norton_radial_return_solve_converged[MC_W];
-    int v_norton_radial_return_solve_iterations[MC_W];
-    real v_norton_radial_return_solve_residual_norm[MC_W];
+    real
+        v_cse_0[MC_W], v_cse_1[MC_W], v_cse_2[MC_W],
+        v_norton_radial_return_solve_guess_state_internal_svm[MC_W], v_state_internal_svm[MC_W],
+        v_norton_radial_return_solve_residual_norm[MC_W];
+    int v_norton_radial_return_solve_converged[MC_W], v_norton_radial_return_solve_iterations[MC_W];
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real old_state_internal_Ep_0 = (v_x3 + 0 * MC_W)[l];

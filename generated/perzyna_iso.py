@@ -1781,14 +1781,9 @@ static void newton_1(
     real *restrict v_perzyna_iso_radial_return_solve_residual_norm, const mc_args *restrict a) {
     real v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
-    real v_ncse_1[MC_W];
-    real v_ncse_3[MC_W];
-    real v_ncse_4[MC_W];
-    real v_ncse_8[MC_W];
-    real v_ncse_9[MC_W];
-    real v_ncse_10[MC_W];
-    real v_ncse_11[MC_W];
-    real v_nt1_r_0[MC_W];
+    real
+        v_ncse_1[MC_W], v_ncse_3[MC_W], v_ncse_4[MC_W], v_ncse_8[MC_W], v_ncse_9[MC_W],
+        v_ncse_10[MC_W], v_ncse_11[MC_W], v_nt1_r_0[MC_W];
     MC_SIMD MC_LANES {
         const real perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root = v_perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root[l];
         const real forces_t = v_forces_t[l];
@@ -1938,14 +1933,13 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real o_j[294 * MC_W];
     int o_c[MC_W], o_it[MC_W];
     real o_r[MC_W];
-    real v_cse_0[MC_W];
-    real v_cse_1[MC_W];
-    real v_cse_2[MC_W];
-    real v_perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root[MC_W];
-    real v_state_internal_gamma_rate_root[MC_W];
-    int v_perzyna_iso_radial_return_solve_converged[MC_W];
-    int v_perzyna_iso_radial_return_solve_iterations[MC_W];
-    real v_perzyna_iso_radial_return_solve_residual_norm[MC_W];
+    real
+        v_cse_0[MC_W], v_cse_1[MC_W], v_cse_2[MC_W],
+        v_perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root[MC_W],
+        v_state_internal_gamma_rate_root[MC_W], v_perzyna_iso_radial_return_solve_residual_norm[MC_W];
+    int
+        v_perzyna_iso_radial_return_solve_converged[MC_W],
+        v_perzyna_iso_radial_return_solve_iterations[MC_W];
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real old_state_internal_Ep_0 = (v_x3 + 0 * MC_W)[l];

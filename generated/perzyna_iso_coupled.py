@@ -2585,44 +2585,15 @@ MC_INLINE void newton_1_iterate(
     real *restrict v_perzyna_iso_return_map_residual_norm, const mc_args *restrict a, const int V) {
     real mc_A[64 * MC_W], mc_B[8 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
-    real v_ncse_2[MC_W];
-    real v_ncse_6[MC_W];
-    real v_ncse_7[MC_W];
-    real v_ncse_13[MC_W];
-    real v_ncse_17[MC_W];
-    real v_ncse_26[MC_W];
-    real v_ncse_39[MC_W];
-    real v_ncse_48[MC_W];
-    real v_ncse_49[MC_W];
-    real v_ncse_78[MC_W];
-    real v_ncse_79[MC_W];
-    real v_ncse_93[MC_W];
-    real v_ncse_94[MC_W];
-    real v_ncse_97[MC_W];
-    real v_ncse_123[MC_W];
-    real v_ncse_124[MC_W];
-    real v_ncse_12[MC_W];
-    real v_ncse_16[MC_W];
-    real v_ncse_18[MC_W];
-    real v_ncse_20[MC_W];
-    real v_ncse_21[MC_W];
-    real v_ncse_23[MC_W];
-    real v_ncse_24[MC_W];
-    real v_ncse_30[MC_W];
-    real v_ncse_31[MC_W];
-    real v_ncse_32[MC_W];
-    real v_ncse_34[MC_W];
-    real v_ncse_35[MC_W];
-    real v_ncse_40[MC_W];
-    real v_ncse_85[MC_W];
-    real v_nt1_r_0[MC_W];
-    real v_nt1_r_1[MC_W];
-    real v_nt1_r_2[MC_W];
-    real v_nt1_r_3[MC_W];
-    real v_nt1_r_4[MC_W];
-    real v_nt1_r_5[MC_W];
-    real v_nt1_r_6[MC_W];
-    real v_nt1_r_7[MC_W];
+    real
+        v_ncse_2[MC_W], v_ncse_6[MC_W], v_ncse_7[MC_W], v_ncse_13[MC_W], v_ncse_17[MC_W],
+        v_ncse_26[MC_W], v_ncse_39[MC_W], v_ncse_48[MC_W], v_ncse_49[MC_W], v_ncse_78[MC_W],
+        v_ncse_79[MC_W], v_ncse_93[MC_W], v_ncse_94[MC_W], v_ncse_97[MC_W], v_ncse_123[MC_W],
+        v_ncse_124[MC_W], v_ncse_12[MC_W], v_ncse_16[MC_W], v_ncse_18[MC_W], v_ncse_20[MC_W],
+        v_ncse_21[MC_W], v_ncse_23[MC_W], v_ncse_24[MC_W], v_ncse_30[MC_W], v_ncse_31[MC_W],
+        v_ncse_32[MC_W], v_ncse_34[MC_W], v_ncse_35[MC_W], v_ncse_40[MC_W], v_ncse_85[MC_W],
+        v_nt1_r_0[MC_W], v_nt1_r_1[MC_W], v_nt1_r_2[MC_W], v_nt1_r_3[MC_W], v_nt1_r_4[MC_W],
+        v_nt1_r_5[MC_W], v_nt1_r_6[MC_W], v_nt1_r_7[MC_W];
     MC_SIMD MC_LANES {
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
@@ -3329,91 +3300,26 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real o_j[294 * MC_W];
     int o_c[MC_W], o_it[MC_W];
     real o_r[MC_W];
-    real v_state_internal_Ep_0[MC_W];
-    real v_state_internal_Ep_1[MC_W];
-    real v_state_internal_Ep_2[MC_W];
-    real v_state_internal_Ep_3[MC_W];
-    real v_state_internal_Ep_4[MC_W];
-    real v_state_internal_Ep_5[MC_W];
-    real v_state_internal_ep[MC_W];
-    real v_state_internal_gamma_rate[MC_W];
-    int v_perzyna_iso_return_map_converged[MC_W];
-    int v_perzyna_iso_return_map_iterations[MC_W];
-    real v_perzyna_iso_return_map_residual_norm[MC_W];
-    real v_cse_0[MC_W];
-    real v_cse_1[MC_W];
-    real v_cse_2[MC_W];
-    real v_cse_4[MC_W];
-    real v_cse_5[MC_W];
-    real v_cse_7[MC_W];
-    real v_cse_8[MC_W];
-    real v_cse_10[MC_W];
-    real v_cse_11[MC_W];
-    real v_cse_12[MC_W];
-    real v_cse_16[MC_W];
-    real v_state_S_3[MC_W];
-    real v_cse_18[MC_W];
-    real v_state_S_4[MC_W];
-    real v_cse_20[MC_W];
-    real v_state_S_5[MC_W];
-    real v_cse_22[MC_W];
-    real v_cse_25[MC_W];
-    real v_cse_26[MC_W];
-    real v_cse_43[MC_W];
-    real v_cse_80[MC_W];
-    real v_cse_108[MC_W];
-    real v_cse_109[MC_W];
-    real v_cse_112[MC_W];
-    real v_cse_114[MC_W];
-    real v_cse_123[MC_W];
-    real v_cse_126[MC_W];
-    real v_cse_127[MC_W];
-    real v_cse_128[MC_W];
-    real v_cse_129[MC_W];
-    real v_cse_132[MC_W];
-    real v_cse_134[MC_W];
-    real v_cse_138[MC_W];
-    real v_cse_140[MC_W];
-    real v_cse_142[MC_W];
-    real v_cse_143[MC_W];
-    real v_cse_145[MC_W];
-    real v_cse_151[MC_W];
-    real v_cse_153[MC_W];
-    real v_cse_155[MC_W];
-    real v_cse_157[MC_W];
-    real v_cse_162[MC_W];
-    real v_cse_164[MC_W];
-    real v_cse_170[MC_W];
-    real v_cse_171[MC_W];
-    real v_cse_173[MC_W];
-    real v_cse_174[MC_W];
-    real v_cse_175[MC_W];
-    real v_cse_181[MC_W];
-    real v_cse_183[MC_W];
-    real v_cse_185[MC_W];
-    real v_cse_189[MC_W];
-    real v_cse_190[MC_W];
-    real v_cse_192[MC_W];
-    real v_cse_193[MC_W];
-    real v_cse_194[MC_W];
-    real v_cse_195[MC_W];
-    real v_cse_196[MC_W];
-    real v_cse_199[MC_W];
-    real v_cse_201[MC_W];
-    real v_cse_203[MC_W];
-    real v_cse_208[MC_W];
-    real v_cse_75[MC_W];
-    real v_cse_77[MC_W];
-    real v_cse_78[MC_W];
-    real v_cse_82[MC_W];
-    real v_cse_84[MC_W];
-    real v_cse_86[MC_W];
-    real v_cse_88[MC_W];
-    real v_cse_91[MC_W];
-    real v_cse_92[MC_W];
-    real v_cse_93[MC_W];
-    real v_cse_94[MC_W];
-    real v_cse_95[MC_W];
+    real
+        v_state_internal_Ep_0[MC_W], v_state_internal_Ep_1[MC_W], v_state_internal_Ep_2[MC_W],
+        v_state_internal_Ep_3[MC_W], v_state_internal_Ep_4[MC_W], v_state_internal_Ep_5[MC_W],
+        v_state_internal_ep[MC_W], v_state_internal_gamma_rate[MC_W],
+        v_perzyna_iso_return_map_residual_norm[MC_W], v_cse_0[MC_W], v_cse_1[MC_W], v_cse_2[MC_W],
+        v_cse_4[MC_W], v_cse_5[MC_W], v_cse_7[MC_W], v_cse_8[MC_W], v_cse_10[MC_W], v_cse_11[MC_W],
+        v_cse_12[MC_W], v_cse_16[MC_W], v_state_S_3[MC_W], v_cse_18[MC_W], v_state_S_4[MC_W],
+        v_cse_20[MC_W], v_state_S_5[MC_W], v_cse_22[MC_W], v_cse_25[MC_W], v_cse_26[MC_W],
+        v_cse_43[MC_W], v_cse_80[MC_W], v_cse_108[MC_W], v_cse_109[MC_W], v_cse_112[MC_W],
+        v_cse_114[MC_W], v_cse_123[MC_W], v_cse_126[MC_W], v_cse_127[MC_W], v_cse_128[MC_W],
+        v_cse_129[MC_W], v_cse_132[MC_W], v_cse_134[MC_W], v_cse_138[MC_W], v_cse_140[MC_W],
+        v_cse_142[MC_W], v_cse_143[MC_W], v_cse_145[MC_W], v_cse_151[MC_W], v_cse_153[MC_W],
+        v_cse_155[MC_W], v_cse_157[MC_W], v_cse_162[MC_W], v_cse_164[MC_W], v_cse_170[MC_W],
+        v_cse_171[MC_W], v_cse_173[MC_W], v_cse_174[MC_W], v_cse_175[MC_W], v_cse_181[MC_W],
+        v_cse_183[MC_W], v_cse_185[MC_W], v_cse_189[MC_W], v_cse_190[MC_W], v_cse_192[MC_W],
+        v_cse_193[MC_W], v_cse_194[MC_W], v_cse_195[MC_W], v_cse_196[MC_W], v_cse_199[MC_W],
+        v_cse_201[MC_W], v_cse_203[MC_W], v_cse_208[MC_W], v_cse_75[MC_W], v_cse_77[MC_W],
+        v_cse_78[MC_W], v_cse_82[MC_W], v_cse_84[MC_W], v_cse_86[MC_W], v_cse_88[MC_W], v_cse_91[MC_W],
+        v_cse_92[MC_W], v_cse_93[MC_W], v_cse_94[MC_W], v_cse_95[MC_W];
+    int v_perzyna_iso_return_map_converged[MC_W], v_perzyna_iso_return_map_iterations[MC_W];
     newton_1(
         (v_p + 0 * MC_W), (v_p + 2 * MC_W), (v_p + 4 * MC_W), (v_p + 5 * MC_W), (v_p + 1 * MC_W),
         (v_p + 3 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W), (v_x0 + 2 * MC_W), (v_x0 + 3 * MC_W),

@@ -200,7 +200,8 @@ def _emit_loops(code: _Code, items, arrays: dict[sp.Symbol, str], full: int = 0)
         else:
             acc = (acc - set(it.defines)) | set(it.reads)
     homes = dict(arrays)
-    decls, body = [], []
+    decls: dict[str, list[str]] = {}  # C type -> the lane arrays of that type (declared first)
+    body: list[str] = []
     guard = 0
 
     def enter(mask: int) -> None:
@@ -221,7 +222,7 @@ def _emit_loops(code: _Code, items, arrays: dict[sp.Symbol, str], full: int = 0)
             for s in it.defines:
                 if s not in homes:
                     homes[s] = f"v_{code.name(s)}"
-                    decls.append(f"{code.ctype(s)} v_{code.name(s)}[MC_W];")
+                    decls.setdefault(code.ctype(s), []).append(f"v_{code.name(s)}[MC_W]")
             enter(it.mask)
             emit(it.lines(homes) if callable(it.lines) else it.lines)
             continue
@@ -240,7 +241,7 @@ def _emit_loops(code: _Code, items, arrays: dict[sp.Symbol, str], full: int = 0)
         for s in stores:
             if s not in homes:
                 homes[s] = f"v_{code.name(s)}"
-                decls.append(f"{code.ctype(s)} v_{code.name(s)}[MC_W];")
+                decls.setdefault(code.ctype(s), []).append(f"v_{code.name(s)}[MC_W]")
         lines = [f"const {code.ctype(s)} {code.name(s)} = {code.load(s, homes[s])};" for s in loads]
         declared = set(loads)
         masks = it.masks or [it.mask] * len(it.ops)
@@ -276,7 +277,7 @@ def _emit_loops(code: _Code, items, arrays: dict[sp.Symbol, str], full: int = 0)
         enter(it.mask)
         emit([f"{it.pragma} MC_LANES {{"] + ["    " + x for x in lines] + ["}"])
     enter(0)
-    return decls + body
+    return [x.rstrip() for t, arrays in decls.items() for x in wrapped(f"{t} ", arrays, ";")] + body
 
 
 def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
