@@ -36,11 +36,12 @@ typedef double real;
 #else
 #define MC_INLINE static inline
 #endif
-/* the top of each iteration of a Newton over a system, whose step is built after the block's
-   convergence test (modelc.backends.c_backend.SPLIT_MIN_UNKNOWNS): the compiler moves no memory
-   access across it. Without it GCC 12 (with cbuild's NEWTON_FLAGS) moved work between the iterations
-   of perzyna_iso_coupled's solve and ran the call 1.6x slower; with it, 4% faster than the one loop
-   before (benchmarks/results/20261129T122500Z-cpu-newton-test-first.md). No instruction. */
+/* the top of each iteration of a Newton whose step is built after the block's convergence test
+   (modelc.backends.c_backend.SPLIT_MIN_UNKNOWNS: every Newton without a line search): the compiler
+   moves no memory access across it. Without it GCC 12 (with cbuild's NEWTON_FLAGS) moved work
+   between the iterations of perzyna_iso_coupled's solve and ran the call 1.6x slower; with it, 4%
+   faster than the one loop before (benchmarks/results/20261129T122500Z-cpu-newton-test-first.md).
+   No instruction. */
 #if defined(__GNUC__)
 #define MC_ITERATION_FENCE __asm__ volatile("" ::: "memory")
 #else

@@ -343,9 +343,9 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
         start.ops += [(None, f"v_{code.name(ls.alpha)}[l]", "(real)1"),
                       (None, f"v_{code.name(ls.prev)}[l]", "MC_INF")]
         start.ops += [(None, f"v_{code.name(v)}[l]", code.name(u)) for v, u in zip(ls.u, st.unknowns)]
-    # one iteration on every lane; a lane that has stopped keeps its unknowns and status. A system
-    # without a line search tests every lane before it builds the step: the Jacobian and the solve
-    # run after the block's test, in a loop of their own, so the evaluation that ends the solve (all
+    # one iteration on every lane; a lane that has stopped keeps its unknowns and status. Without a
+    # line search every lane is tested before the step is built: the Jacobian and the solve run
+    # after the block's test, in a loop of their own, so the evaluation that ends the solve (all
     # lanes converged) builds none (SPLIT_MIN_UNKNOWNS)
     parts, test = code.base.convergence_parts(st, rn0, k)
     split = ls is None and n >= SPLIT_MIN_UNKNOWNS
@@ -370,9 +370,11 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
         step.ops += _line_search_test(code, st, ls, code.name(ok), rn)
     steps, update = [step], None
     go = "mc_act[l]" if split else "mc_go"  # (a later loop reads what the test stored)
+    # the block's "any lane active?" (an omp simd reduction would keep the loop before it scalar)
+    stop = _Call(["int mc_any = 0;", "MC_LANES mc_any |= mc_act[l];", "if (!mc_any) break;"])
     if split:
         chosen = set(map(id, tested))
-        steps.append(_Call(["int mc_any = 0;", "MC_LANES mc_any |= mc_act[l];", "if (!mc_any) break;"]))
+        steps.append(stop)
         steps.append(_Loop([(a.target, None, a.value) for a in variant if id(a) not in chosen]))
     if n == 1:  # one unknown: the step in the same loop (no call, nothing staged)
         dx = sp.Symbol(f"nt{k}.dx", real=True)
@@ -426,8 +428,7 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
                     "for (int it = 0; ; ++it) {", *(["MC_ITERATION_FENCE;"] if split else [])], (rtol, atol)),
              *steps]
     if not split:
-        items.append(_Call(["int mc_any = 0;  /* (an omp simd reduction would keep the loop above scalar) */",
-                            "MC_LANES mc_any |= mc_act[l];", "if (!mc_any) break;"]))
+        items.append(stop)
     if update is not None:
         items += [_Call([f"mc_lu_solve({n}, 1, mc_A, mc_B, 0);"], mask=LU), update]
     items.append(_Call(["}"]))
@@ -540,8 +541,10 @@ def _unrolled_solve(code: "_Code", A, B, targets, prefix: str, defs) -> list:
 #: every step), so no point is lost to a guarded pivot. A larger system, and every other linear
 #: solve (the tangent's, once per point), calls ``mc_lu_solve``. Measured: docs/backends.md.
 UNROLL_MAX = 24
-#: a Newton of this many unknowns or more tests its lanes in one loop and builds the Jacobian and
-#: the step in the next, after the block's test: the evaluation that ends a solve builds none
+#: a Newton (without a line search) of this many unknowns or more tests its lanes in one loop and
+#: builds the Jacobian and the step in the next, after the block's test: the evaluation that ends a
+#: solve builds none. 1: every Newton (the radial returns gain too, docs/backends.md); the tests set
+#: it higher to compare with the one loop it replaced
 SPLIT_MIN_UNKNOWNS = 1
 
 
