@@ -90,180 +90,181 @@ def _torch_newton_1(
         ncse_22 = (0.5 * ncse_21)
         ncse_23 = (ncse_14 * ncse_22)
         ncse_24 = torch.sinh(ncse_23)
-        ncse_25 = (p_q1 * torch.clamp(state_internal_phi, min=0.0))
-        ncse_26 = (ncse_24 * ncse_25)
-        ncse_27 = (ncse_14 * ncse_26)
-        ncse_28 = (ncse_27 + (ncse_12 * ncse_5))
-        ncse_29 = (ncse_28 * state_internal_gamma_rate)
-        ncse_30 = (-ncse_10 - ncse_15 + (2.0 * p_E * ncse_1 * ncse_7))
-        ncse_31 = (ncse_27 + (ncse_30 * ncse_5))
-        ncse_32 = (ncse_31 * state_internal_gamma_rate)
-        ncse_33 = (-ncse_15 - ncse_9 + (2.0 * p_E * ncse_2 * ncse_7))
-        ncse_34 = (ncse_27 + (ncse_33 * ncse_5))
-        ncse_35 = (ncse_34 * state_internal_gamma_rate)
-        ncse_36 = (-state_internal_Ep_3)
-        ncse_37 = (forces_E_3 + ncse_36)
-        ncse_38 = (ncse_3 * state_internal_gamma_rate)
-        ncse_39 = (3.0 * ncse_5)
-        ncse_40 = (ncse_39 * ncse_8)
-        ncse_41 = (ncse_38 * ncse_40)
-        ncse_42 = (-state_internal_Ep_4)
-        ncse_43 = (forces_E_4 + ncse_42)
-        ncse_44 = (-state_internal_Ep_5)
-        ncse_45 = (forces_E_5 + ncse_44)
-        ncse_46 = (p_q2 * ncse_26)
-        ncse_47 = (ncse_46 * ncse_5)
-        ncse_48 = ((p_E * p_E) * (ncse_7 * ncse_7))
-        ncse_49 = (1.5 * ncse_48)
-        ncse_50 = (0.3333333333333333 * ncse_15)
-        ncse_51 = (0.3333333333333333 * ncse_9)
-        ncse_52 = (0.3333333333333333 * ncse_10)
-        ncse_162 = (-ncse_50 - ncse_51 + (0.6666666666666666 * p_E * ncse_2 * ncse_7))
-        ncse_163 = (-ncse_50 - ncse_52 + (0.6666666666666666 * p_E * ncse_1 * ncse_7))
-        ncse_164 = (-ncse_51 - ncse_52 + (0.6666666666666666 * p_E * ncse_0 * ncse_7))
-        ncse_53 = ((1.5 * (ncse_162 * ncse_162)) + (1.5 * (ncse_163 * ncse_163)) + (1.5 * (ncse_164 * ncse_164)) + (ncse_49 * (ncse_37 * ncse_37)) + (ncse_49 * (ncse_43 * ncse_43)) + (ncse_49 * (ncse_45 * ncse_45)))
-        ncse_54 = (ncse_13 * ncse_13 * ncse_13)
-        ncse_55 = (2.0 * ncse_54)
-        ncse_56 = ((ncse_21 * ncse_47) + (ncse_53 * ncse_55))
-        ncse_57 = (1.0 - state_internal_phi)
-        ncse_58 = (ncse_29 + ncse_32 + ncse_35)
-        ncse_59 = torch.cosh(ncse_23)
-        ncse_60 = (2.0 * ncse_59)
-        ncse_61 = (-1.0 + (ncse_25 * ncse_60) + (ncse_5 * ncse_53) - (p_q3 * (state_internal_phi * state_internal_phi)))
-        ncse_62 = (1.0 / (p_sigma_y * p_sigma_y))
-        ncse_63 = (p_E * ncse_62)
-        ncse_64 = (ncse_38 * ncse_63)
-        ncse_65 = (-ncse_5)
-        ncse_66 = (ncse_25 * ncse_59 * (p_q2 * p_q2))
-        ncse_67 = (0.5 * ncse_66)
-        ncse_68 = (ncse_5 * ncse_67)
-        ncse_69 = (ncse_65 + ncse_68)
-        ncse_70 = (-ncse_19 - ncse_8)
-        ncse_71 = (ncse_68 + (2.0 * ncse_5))
-        ncse_72 = ((ncse_70 * ncse_71) - (ncse_16 * ncse_18 * ncse_69))
-        ncse_73 = (-ncse_3)
-        ncse_74 = (ncse_73 * state_internal_gamma_rate)
-        ncse_75 = (1.0 + (ncse_72 * ncse_74))
-        ncse_76 = ((ncse_69 * ncse_70) - (ncse_19 * ncse_69) - (ncse_19 * ncse_71))
-        ncse_77 = (ncse_74 * ncse_76)
-        ncse_78 = (ncse_47 + (ncse_22 * ncse_54 * ncse_66))
-        ncse_79 = (ncse_78 + (ncse_12 * ncse_55))
-        ncse_80 = (-ncse_79)
-        ncse_81 = (p_K * ncse_74)
-        ncse_82 = _heaviside(state_internal_phi)
-        ncse_83 = (p_q1 * ncse_82)
-        ncse_84 = (ncse_24 * ncse_74 * ncse_83)
-        ncse_85 = (ncse_14 * ncse_84)
-        ncse_86 = (ncse_78 + (ncse_30 * ncse_55))
-        ncse_87 = (-ncse_86)
-        ncse_88 = (ncse_78 + (ncse_33 * ncse_55))
-        ncse_89 = (-ncse_88)
-        ncse_90 = (1.0 - (ncse_40 * ncse_74))
-        ncse_91 = (6.0 * ncse_54)
-        ncse_92 = (ncse_8 * ncse_81 * ncse_91)
-        ncse_93 = (ncse_40 * ncse_73)
-        ncse_94 = (ncse_19 * ncse_88)
-        ncse_95 = (ncse_19 * ncse_86)
-        ncse_96 = (ncse_19 * ncse_79)
-        ncse_97 = (ncse_37 * ncse_48)
-        ncse_98 = (ncse_74 * ncse_91)
-        ncse_99 = (ncse_48 * ncse_98)
-        ncse_100 = (ncse_13 * ncse_13 * ncse_13 * ncse_13)
-        ncse_101 = (ncse_57 * state_internal_gamma_rate)
-        ncse_102 = (ncse_73 * ((ncse_101 * ncse_72) + (2.0 * ncse_101 * ncse_76)))
-        ncse_103 = (p_K * ncse_101)
-        ncse_104 = _heaviside((-ncse_61 - ncse_64))
-        ncse_105 = (-1.0 + ncse_104)
-        ncse_106 = (ncse_19 * ncse_34)
-        ncse_107 = (ncse_19 * ncse_31)
-        ncse_108 = (ncse_19 * ncse_28)
-        ncse_109 = (ncse_105 * ncse_39)
-        ncse_110 = (ncse_109 * ncse_48)
-        ncse_111 = torch.abs(state_internal_Ep_0)
-        ncse_112 = torch.abs(state_internal_ep)
-        ncse_113 = ((ncse_112 * torch.abs(p_K)) + torch.abs(p_sigma_y))
-        ncse_114 = torch.abs(state_internal_phi)
-        ncse_115 = (ncse_114 * torch.abs(p_q1))
-        ncse_116 = (ncse_115 * torch.abs(p_q2) * torch.abs(ncse_24))
-        ncse_117 = (ncse_116 * ((ncse_113 * torch.abs(ncse_65)) + torch.abs(ncse_13)))
-        ncse_118 = ((ncse_113 * torch.abs((-ncse_55))) + torch.abs(ncse_5))
-        ncse_119 = torch.abs(state_internal_Ep_1)
-        ncse_120 = (ncse_119 + torch.abs(forces_E_1))
-        ncse_121 = torch.abs(p_E)
-        ncse_122 = torch.abs(ncse_7)
-        ncse_123 = (ncse_121 * ncse_122)
-        ncse_124 = (ncse_120 * ncse_123)
-        ncse_125 = (ncse_111 + torch.abs(forces_E_0))
-        ncse_126 = (ncse_123 * ncse_125)
-        ncse_127 = torch.abs(state_internal_Ep_2)
-        ncse_128 = (ncse_127 + torch.abs(forces_E_2))
-        ncse_129 = (ncse_123 * ncse_128)
-        ncse_130 = (ncse_123 * (ncse_120 + ncse_125 + ncse_128) * torch.abs(p_nu) * torch.abs(ncse_17))
-        ncse_131 = (4.0 * ncse_130)
-        ncse_132 = (ncse_129 + ncse_131)
-        ncse_133 = torch.abs(state_internal_gamma_rate)
-        ncse_134 = torch.abs(ncse_3)
-        ncse_135 = (ncse_133 * ncse_134)
-        ncse_136 = (ncse_111 + (ncse_135 * (ncse_117 + (ncse_118 * (ncse_124 + ncse_132 + (2.0 * ncse_126))))) + torch.abs(old_state_internal_Ep_0))
-        ncse_137 = (ncse_119 + (ncse_135 * (ncse_117 + (ncse_118 * (ncse_126 + ncse_132 + (2.0 * ncse_124))))) + torch.abs(old_state_internal_Ep_1))
-        ncse_138 = (ncse_124 + ncse_126)
-        ncse_139 = (ncse_127 + (ncse_135 * (ncse_117 + (ncse_118 * (ncse_131 + ncse_138 + (2.0 * ncse_129))))) + torch.abs(old_state_internal_Ep_2))
-        ncse_140 = torch.abs(state_internal_Ep_3)
-        ncse_141 = (ncse_140 + torch.abs(forces_E_3))
-        ncse_142 = (3.0 * ncse_118 * ncse_123 * ncse_135)
-        ncse_143 = (ncse_140 + (ncse_141 * ncse_142) + torch.abs(old_state_internal_Ep_3))
-        ncse_144 = torch.abs(state_internal_Ep_4)
-        ncse_145 = (ncse_144 + torch.abs(forces_E_4))
-        ncse_146 = (ncse_144 + (ncse_142 * ncse_145) + torch.abs(old_state_internal_Ep_4))
-        ncse_147 = torch.abs(state_internal_Ep_5)
-        ncse_148 = (ncse_147 + torch.abs(forces_E_5))
-        ncse_149 = (ncse_147 + (ncse_142 * ncse_148) + torch.abs(old_state_internal_Ep_5))
-        ncse_150 = (1.5 * (ncse_121 * ncse_121) * (ncse_122 * ncse_122))
-        ncse_151 = (0.3333333333333333 * ncse_124)
-        ncse_152 = (1.3333333333333333 * ncse_130)
-        ncse_153 = (ncse_152 + (0.3333333333333333 * ncse_126))
-        ncse_154 = (0.3333333333333333 * ncse_129)
-        ncse_165 = (ncse_151 + ncse_153 + (0.6666666666666666 * ncse_129))
-        ncse_166 = (ncse_153 + ncse_154 + (0.6666666666666666 * ncse_124))
-        ncse_167 = (ncse_151 + ncse_152 + ncse_154 + (0.6666666666666666 * ncse_126))
-        ncse_155 = ((1.5 * (ncse_165 * ncse_165)) + (1.5 * (ncse_166 * ncse_166)) + (1.5 * (ncse_167 * ncse_167)) + (ncse_150 * (ncse_141 * ncse_141)) + (ncse_150 * (ncse_145 * ncse_145)) + (ncse_150 * (ncse_148 * ncse_148)))
-        ncse_156 = (ncse_112 + (ncse_135 * ((2.0 * ncse_155 * ((ncse_113 * torch.abs((-3.0 * ncse_100))) + torch.abs(ncse_54))) + (ncse_116 * ncse_118 * (ncse_129 + ncse_138 + (3.0 * ncse_130))))) + torch.abs(old_state_internal_ep))
-        ncse_157 = torch.abs((ncse_15 + ncse_20))
-        ncse_158 = torch.abs((ncse_20 + ncse_9))
-        ncse_159 = torch.abs((ncse_10 + ncse_20))
-        ncse_160 = (ncse_114 + (ncse_134 * (1.0 + ncse_114) * ((ncse_133 * (ncse_117 + (ncse_118 * (ncse_157 + ncse_158 + (2.0 * ncse_159))))) + (ncse_133 * (ncse_117 + (ncse_118 * (ncse_157 + ncse_159 + (2.0 * ncse_158))))) + (ncse_133 * (ncse_117 + (ncse_118 * (ncse_158 + ncse_159 + (2.0 * ncse_157))))))) + torch.abs(old_state_internal_phi))
-        ncse_161 = ((ncse_118 * ncse_155) + ((ncse_114 * ncse_114) * torch.abs(p_q3)) + (2.0 * ncse_115 * torch.abs(ncse_59)) + (ncse_121 * ncse_135 * torch.abs(ncse_62)))
-        nt1_r_0 = (state_internal_Ep_0 - old_state_internal_Ep_0 - (ncse_29 * ncse_3))
-        nt1_r_1 = (state_internal_Ep_1 - old_state_internal_Ep_1 - (ncse_3 * ncse_32))
-        nt1_r_2 = (state_internal_Ep_2 - old_state_internal_Ep_2 - (ncse_3 * ncse_35))
-        nt1_r_3 = (-ncse_36 - old_state_internal_Ep_3 - (ncse_37 * ncse_41))
-        nt1_r_4 = (-ncse_42 - old_state_internal_Ep_4 - (ncse_41 * ncse_43))
-        nt1_r_5 = (-ncse_44 - old_state_internal_Ep_5 - (ncse_41 * ncse_45))
-        nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_38 * ncse_56))
-        nt1_r_7 = (state_internal_phi - old_state_internal_phi - (ncse_3 * ncse_57 * ncse_58))
-        nt1_r_8 = _le((-ncse_61), ncse_64)
+        ncse_25 = torch.clamp(state_internal_phi, min=0.0)
+        ncse_26 = (p_q1 * ncse_25)
+        ncse_27 = (ncse_24 * ncse_26)
+        ncse_28 = (ncse_14 * ncse_27)
+        ncse_29 = (ncse_28 + (ncse_12 * ncse_5))
+        ncse_30 = (ncse_29 * state_internal_gamma_rate)
+        ncse_31 = (-ncse_10 - ncse_15 + (2.0 * p_E * ncse_1 * ncse_7))
+        ncse_32 = (ncse_28 + (ncse_31 * ncse_5))
+        ncse_33 = (ncse_32 * state_internal_gamma_rate)
+        ncse_34 = (-ncse_15 - ncse_9 + (2.0 * p_E * ncse_2 * ncse_7))
+        ncse_35 = (ncse_28 + (ncse_34 * ncse_5))
+        ncse_36 = (ncse_35 * state_internal_gamma_rate)
+        ncse_37 = (-state_internal_Ep_3)
+        ncse_38 = (forces_E_3 + ncse_37)
+        ncse_39 = (ncse_3 * state_internal_gamma_rate)
+        ncse_40 = (3.0 * ncse_5)
+        ncse_41 = (ncse_40 * ncse_8)
+        ncse_42 = (ncse_39 * ncse_41)
+        ncse_43 = (-state_internal_Ep_4)
+        ncse_44 = (forces_E_4 + ncse_43)
+        ncse_45 = (-state_internal_Ep_5)
+        ncse_46 = (forces_E_5 + ncse_45)
+        ncse_47 = (p_q2 * ncse_27)
+        ncse_48 = (ncse_47 * ncse_5)
+        ncse_49 = ((p_E * p_E) * (ncse_7 * ncse_7))
+        ncse_50 = (1.5 * ncse_49)
+        ncse_51 = (0.3333333333333333 * ncse_15)
+        ncse_52 = (0.3333333333333333 * ncse_9)
+        ncse_53 = (0.3333333333333333 * ncse_10)
+        ncse_163 = (-ncse_51 - ncse_52 + (0.6666666666666666 * p_E * ncse_2 * ncse_7))
+        ncse_164 = (-ncse_51 - ncse_53 + (0.6666666666666666 * p_E * ncse_1 * ncse_7))
+        ncse_165 = (-ncse_52 - ncse_53 + (0.6666666666666666 * p_E * ncse_0 * ncse_7))
+        ncse_54 = ((1.5 * (ncse_163 * ncse_163)) + (1.5 * (ncse_164 * ncse_164)) + (1.5 * (ncse_165 * ncse_165)) + (ncse_50 * (ncse_38 * ncse_38)) + (ncse_50 * (ncse_44 * ncse_44)) + (ncse_50 * (ncse_46 * ncse_46)))
+        ncse_55 = (ncse_13 * ncse_13 * ncse_13)
+        ncse_56 = (2.0 * ncse_55)
+        ncse_57 = ((ncse_21 * ncse_48) + (ncse_54 * ncse_56))
+        ncse_58 = (1.0 - state_internal_phi)
+        ncse_59 = (ncse_30 + ncse_33 + ncse_36)
+        ncse_60 = torch.cosh(ncse_23)
+        ncse_61 = (2.0 * ncse_60)
+        ncse_62 = (-1.0 + (ncse_26 * ncse_61) + (ncse_5 * ncse_54) - (p_q3 * (state_internal_phi * state_internal_phi)))
+        ncse_63 = (1.0 / (p_sigma_y * p_sigma_y))
+        ncse_64 = (p_E * ncse_63)
+        ncse_65 = (ncse_39 * ncse_64)
+        ncse_66 = (-ncse_5)
+        ncse_67 = (ncse_26 * ncse_60 * (p_q2 * p_q2))
+        ncse_68 = (0.5 * ncse_67)
+        ncse_69 = (ncse_5 * ncse_68)
+        ncse_70 = (ncse_66 + ncse_69)
+        ncse_71 = (-ncse_19 - ncse_8)
+        ncse_72 = (ncse_69 + (2.0 * ncse_5))
+        ncse_73 = ((ncse_71 * ncse_72) - (ncse_16 * ncse_18 * ncse_70))
+        ncse_74 = (-ncse_3)
+        ncse_75 = (ncse_74 * state_internal_gamma_rate)
+        ncse_76 = (1.0 + (ncse_73 * ncse_75))
+        ncse_77 = ((ncse_70 * ncse_71) - (ncse_19 * ncse_70) - (ncse_19 * ncse_72))
+        ncse_78 = (ncse_75 * ncse_77)
+        ncse_79 = (ncse_48 + (ncse_22 * ncse_55 * ncse_67))
+        ncse_80 = (ncse_79 + (ncse_12 * ncse_56))
+        ncse_81 = (-ncse_80)
+        ncse_82 = (p_K * ncse_75)
+        ncse_83 = _heaviside(state_internal_phi)
+        ncse_84 = (p_q1 * ncse_83)
+        ncse_85 = (ncse_24 * ncse_75 * ncse_84)
+        ncse_86 = (ncse_14 * ncse_85)
+        ncse_87 = (ncse_79 + (ncse_31 * ncse_56))
+        ncse_88 = (-ncse_87)
+        ncse_89 = (ncse_79 + (ncse_34 * ncse_56))
+        ncse_90 = (-ncse_89)
+        ncse_91 = (1.0 - (ncse_41 * ncse_75))
+        ncse_92 = (6.0 * ncse_55)
+        ncse_93 = (ncse_8 * ncse_82 * ncse_92)
+        ncse_94 = (ncse_41 * ncse_74)
+        ncse_95 = (ncse_19 * ncse_89)
+        ncse_96 = (ncse_19 * ncse_87)
+        ncse_97 = (ncse_19 * ncse_80)
+        ncse_98 = (ncse_38 * ncse_49)
+        ncse_99 = (ncse_75 * ncse_92)
+        ncse_100 = (ncse_49 * ncse_99)
+        ncse_101 = (ncse_13 * ncse_13 * ncse_13 * ncse_13)
+        ncse_102 = (ncse_58 * state_internal_gamma_rate)
+        ncse_103 = (ncse_74 * ((ncse_102 * ncse_73) + (2.0 * ncse_102 * ncse_77)))
+        ncse_104 = (p_K * ncse_102)
+        ncse_105 = _heaviside((-ncse_62 - ncse_65))
+        ncse_106 = (-1.0 + ncse_105)
+        ncse_107 = (ncse_19 * ncse_35)
+        ncse_108 = (ncse_19 * ncse_32)
+        ncse_109 = (ncse_19 * ncse_29)
+        ncse_110 = (ncse_106 * ncse_40)
+        ncse_111 = (ncse_110 * ncse_49)
+        ncse_112 = torch.abs(state_internal_Ep_0)
+        ncse_113 = torch.abs(state_internal_ep)
+        ncse_114 = ((ncse_113 * torch.abs(p_K)) + torch.abs(p_sigma_y))
+        ncse_115 = torch.abs(state_internal_phi)
+        ncse_116 = (ncse_115 * torch.abs(p_q1))
+        ncse_117 = (ncse_116 * torch.abs(p_q2) * torch.abs(ncse_24))
+        ncse_118 = (ncse_117 * ((ncse_114 * torch.abs(ncse_66)) + torch.abs(ncse_13)))
+        ncse_119 = ((ncse_114 * torch.abs((-ncse_56))) + torch.abs(ncse_5))
+        ncse_120 = torch.abs(state_internal_Ep_1)
+        ncse_121 = (ncse_120 + torch.abs(forces_E_1))
+        ncse_122 = torch.abs(p_E)
+        ncse_123 = torch.abs(ncse_7)
+        ncse_124 = (ncse_122 * ncse_123)
+        ncse_125 = (ncse_121 * ncse_124)
+        ncse_126 = (ncse_112 + torch.abs(forces_E_0))
+        ncse_127 = (ncse_124 * ncse_126)
+        ncse_128 = torch.abs(state_internal_Ep_2)
+        ncse_129 = (ncse_128 + torch.abs(forces_E_2))
+        ncse_130 = (ncse_124 * ncse_129)
+        ncse_131 = (ncse_124 * (ncse_121 + ncse_126 + ncse_129) * torch.abs(p_nu) * torch.abs(ncse_17))
+        ncse_132 = (4.0 * ncse_131)
+        ncse_133 = (ncse_130 + ncse_132)
+        ncse_134 = torch.abs(state_internal_gamma_rate)
+        ncse_135 = torch.abs(ncse_3)
+        ncse_136 = (ncse_134 * ncse_135)
+        ncse_137 = (ncse_112 + (ncse_136 * (ncse_118 + (ncse_119 * (ncse_125 + ncse_133 + (2.0 * ncse_127))))) + torch.abs(old_state_internal_Ep_0))
+        ncse_138 = (ncse_120 + (ncse_136 * (ncse_118 + (ncse_119 * (ncse_127 + ncse_133 + (2.0 * ncse_125))))) + torch.abs(old_state_internal_Ep_1))
+        ncse_139 = (ncse_125 + ncse_127)
+        ncse_140 = (ncse_128 + (ncse_136 * (ncse_118 + (ncse_119 * (ncse_132 + ncse_139 + (2.0 * ncse_130))))) + torch.abs(old_state_internal_Ep_2))
+        ncse_141 = torch.abs(state_internal_Ep_3)
+        ncse_142 = (ncse_141 + torch.abs(forces_E_3))
+        ncse_143 = (3.0 * ncse_119 * ncse_124 * ncse_136)
+        ncse_144 = (ncse_141 + (ncse_142 * ncse_143) + torch.abs(old_state_internal_Ep_3))
+        ncse_145 = torch.abs(state_internal_Ep_4)
+        ncse_146 = (ncse_145 + torch.abs(forces_E_4))
+        ncse_147 = (ncse_145 + (ncse_143 * ncse_146) + torch.abs(old_state_internal_Ep_4))
+        ncse_148 = torch.abs(state_internal_Ep_5)
+        ncse_149 = (ncse_148 + torch.abs(forces_E_5))
+        ncse_150 = (ncse_148 + (ncse_143 * ncse_149) + torch.abs(old_state_internal_Ep_5))
+        ncse_151 = (1.5 * (ncse_122 * ncse_122) * (ncse_123 * ncse_123))
+        ncse_152 = (0.3333333333333333 * ncse_125)
+        ncse_153 = (1.3333333333333333 * ncse_131)
+        ncse_154 = (ncse_153 + (0.3333333333333333 * ncse_127))
+        ncse_155 = (0.3333333333333333 * ncse_130)
+        ncse_166 = (ncse_152 + ncse_154 + (0.6666666666666666 * ncse_130))
+        ncse_167 = (ncse_154 + ncse_155 + (0.6666666666666666 * ncse_125))
+        ncse_168 = (ncse_152 + ncse_153 + ncse_155 + (0.6666666666666666 * ncse_127))
+        ncse_156 = ((1.5 * (ncse_166 * ncse_166)) + (1.5 * (ncse_167 * ncse_167)) + (1.5 * (ncse_168 * ncse_168)) + (ncse_151 * (ncse_142 * ncse_142)) + (ncse_151 * (ncse_146 * ncse_146)) + (ncse_151 * (ncse_149 * ncse_149)))
+        ncse_157 = (ncse_113 + (ncse_136 * ((2.0 * ncse_156 * ((ncse_114 * torch.abs((-3.0 * ncse_101))) + torch.abs(ncse_55))) + (ncse_117 * ncse_119 * (ncse_130 + ncse_139 + (3.0 * ncse_131))))) + torch.abs(old_state_internal_ep))
+        ncse_158 = torch.abs((ncse_15 + ncse_20))
+        ncse_159 = torch.abs((ncse_20 + ncse_9))
+        ncse_160 = torch.abs((ncse_10 + ncse_20))
+        ncse_161 = (ncse_115 + (ncse_135 * (1.0 + ncse_115) * ((ncse_134 * (ncse_118 + (ncse_119 * (ncse_158 + ncse_159 + (2.0 * ncse_160))))) + (ncse_134 * (ncse_118 + (ncse_119 * (ncse_158 + ncse_160 + (2.0 * ncse_159))))) + (ncse_134 * (ncse_118 + (ncse_119 * (ncse_159 + ncse_160 + (2.0 * ncse_158))))))) + torch.abs(old_state_internal_phi))
+        ncse_162 = ((ncse_119 * ncse_156) + ((ncse_115 * ncse_115) * torch.abs(p_q3)) + (2.0 * ncse_116 * torch.abs(ncse_60)) + (ncse_122 * ncse_136 * torch.abs(ncse_63)))
+        nt1_r_0 = (state_internal_Ep_0 - old_state_internal_Ep_0 - (ncse_3 * ncse_30))
+        nt1_r_1 = (state_internal_Ep_1 - old_state_internal_Ep_1 - (ncse_3 * ncse_33))
+        nt1_r_2 = (state_internal_Ep_2 - old_state_internal_Ep_2 - (ncse_3 * ncse_36))
+        nt1_r_3 = (-ncse_37 - old_state_internal_Ep_3 - (ncse_38 * ncse_42))
+        nt1_r_4 = (-ncse_43 - old_state_internal_Ep_4 - (ncse_42 * ncse_44))
+        nt1_r_5 = (-ncse_45 - old_state_internal_Ep_5 - (ncse_42 * ncse_46))
+        nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_39 * ncse_57))
+        nt1_r_7 = (state_internal_phi - old_state_internal_phi - (ncse_3 * ncse_58 * ncse_59))
+        nt1_r_8 = _le((-ncse_62), ncse_65)
         gtn_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8)))
         if it1 == 0:
             nt1_rnorm0 = gtn_return_map_residual_norm
-        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * torch.where((3e+38 - ncse_136) > 0.0, ncse_136, 0.0))) & (torch.abs(nt1_r_1) <= (nt1_rtol * torch.where((3e+38 - ncse_137) > 0.0, ncse_137, 0.0))))
-        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_2) <= (nt1_rtol * torch.where((3e+38 - ncse_139) > 0.0, ncse_139, 0.0))) & (torch.abs(nt1_r_3) <= (nt1_rtol * torch.where((3e+38 - ncse_143) > 0.0, ncse_143, 0.0))))
-        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * torch.where((3e+38 - ncse_146) > 0.0, ncse_146, 0.0))) & (torch.abs(nt1_r_5) <= (nt1_rtol * torch.where((3e+38 - ncse_149) > 0.0, ncse_149, 0.0))))
-        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * torch.where((3e+38 - ncse_156) > 0.0, ncse_156, 0.0))) & (torch.abs(nt1_r_7) <= (nt1_rtol * torch.where((3e+38 - ncse_160) > 0.0, ncse_160, 0.0))))
-        nt1_scaled4 = (nt1_scaled3 & (torch.abs(nt1_r_8) <= (nt1_rtol * torch.where((3e+38 - ncse_161) > 0.0, (1.0 + ncse_161), 0.0))))
+        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * torch.where((3e+38 - ncse_137) > 0.0, ncse_137, 0.0))) & (torch.abs(nt1_r_1) <= (nt1_rtol * torch.where((3e+38 - ncse_138) > 0.0, ncse_138, 0.0))))
+        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_2) <= (nt1_rtol * torch.where((3e+38 - ncse_140) > 0.0, ncse_140, 0.0))) & (torch.abs(nt1_r_3) <= (nt1_rtol * torch.where((3e+38 - ncse_144) > 0.0, ncse_144, 0.0))))
+        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * torch.where((3e+38 - ncse_147) > 0.0, ncse_147, 0.0))) & (torch.abs(nt1_r_5) <= (nt1_rtol * torch.where((3e+38 - ncse_150) > 0.0, ncse_150, 0.0))))
+        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * torch.where((3e+38 - ncse_157) > 0.0, ncse_157, 0.0))) & (torch.abs(nt1_r_7) <= (nt1_rtol * torch.where((3e+38 - ncse_161) > 0.0, ncse_161, 0.0))))
+        nt1_scaled4 = (nt1_scaled3 & (torch.abs(nt1_r_8) <= (nt1_rtol * torch.where((3e+38 - ncse_162) > 0.0, (1.0 + ncse_162), 0.0))))
         gtn_return_map_converged = gtn_return_map_converged | (nt1_scaled4 | (gtn_return_map_residual_norm <= nt1_atol))
         go1 = ~gtn_return_map_converged & (gtn_return_map_residual_norm < float("inf"))
         if it1 == maxit1 or not bool(go1.any()):
             break
         nt1_A = _matrix([
-            [ncse_75, ncse_77, ncse_77, 0.0, 0.0, 0.0, (ncse_80 * ncse_81), ncse_85, (ncse_28 * ncse_73)],
-            [ncse_77, ncse_75, ncse_77, 0.0, 0.0, 0.0, (ncse_81 * ncse_87), ncse_85, (ncse_31 * ncse_73)],
-            [ncse_77, ncse_77, ncse_75, 0.0, 0.0, 0.0, (ncse_81 * ncse_89), ncse_85, (ncse_34 * ncse_73)],
-            [0.0, 0.0, 0.0, ncse_90, 0.0, 0.0, (-ncse_37 * ncse_92), 0.0, (ncse_37 * ncse_93)],
-            [0.0, 0.0, 0.0, 0.0, ncse_90, 0.0, (-ncse_43 * ncse_92), 0.0, (ncse_43 * ncse_93)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, ncse_90, (-ncse_45 * ncse_92), 0.0, (ncse_45 * ncse_93)],
-            [(ncse_74 * (-ncse_94 - ncse_95 + (ncse_70 * ncse_79))), (ncse_74 * (-ncse_94 - ncse_96 + (ncse_70 * ncse_86))), (ncse_74 * (-ncse_95 - ncse_96 + (ncse_70 * ncse_88))), (-ncse_97 * ncse_98), (-ncse_43 * ncse_99), (-ncse_45 * ncse_99), (1.0 + (ncse_81 * (-(6.0 * ncse_100 * ncse_53) - (ncse_100 * ncse_67 * (ncse_21 * ncse_21)) - (ncse_21 * ncse_46 * ncse_55)))), (p_q2 * ncse_21 * ncse_5 * ncse_84), (ncse_56 * ncse_73)],
-            [ncse_102, ncse_102, ncse_102, 0.0, 0.0, 0.0, (ncse_73 * ((ncse_103 * ncse_80) + (ncse_103 * ncse_87) + (ncse_103 * ncse_89))), (1.0 + (ncse_73 * (-ncse_58 + (3.0 * p_q1 * p_q2 * ncse_13 * ncse_24 * ncse_57 * ncse_82 * state_internal_gamma_rate)))), (ncse_73 * ((ncse_28 * ncse_57) + (ncse_31 * ncse_57) + (ncse_34 * ncse_57)))],
-            [(ncse_105 * (-ncse_106 - ncse_107 + (ncse_28 * ncse_70))), (ncse_105 * (-ncse_106 - ncse_108 + (ncse_31 * ncse_70))), (ncse_105 * (-ncse_107 - ncse_108 + (ncse_34 * ncse_70))), (-ncse_109 * ncse_97), (-ncse_110 * ncse_43), (-ncse_110 * ncse_45), (-p_K * ncse_105 * ncse_56), (ncse_105 * ((ncse_60 * ncse_83) - (2.0 * p_q3 * state_internal_phi))), (ncse_104 * ncse_3 * ncse_63)],
+            [ncse_76, ncse_78, ncse_78, 0.0, 0.0, 0.0, (ncse_81 * ncse_82), ncse_86, (ncse_29 * ncse_74)],
+            [ncse_78, ncse_76, ncse_78, 0.0, 0.0, 0.0, (ncse_82 * ncse_88), ncse_86, (ncse_32 * ncse_74)],
+            [ncse_78, ncse_78, ncse_76, 0.0, 0.0, 0.0, (ncse_82 * ncse_90), ncse_86, (ncse_35 * ncse_74)],
+            [0.0, 0.0, 0.0, ncse_91, 0.0, 0.0, (-ncse_38 * ncse_93), 0.0, (ncse_38 * ncse_94)],
+            [0.0, 0.0, 0.0, 0.0, ncse_91, 0.0, (-ncse_44 * ncse_93), 0.0, (ncse_44 * ncse_94)],
+            [0.0, 0.0, 0.0, 0.0, 0.0, ncse_91, (-ncse_46 * ncse_93), 0.0, (ncse_46 * ncse_94)],
+            [(ncse_75 * (-ncse_95 - ncse_96 + (ncse_71 * ncse_80))), (ncse_75 * (-ncse_95 - ncse_97 + (ncse_71 * ncse_87))), (ncse_75 * (-ncse_96 - ncse_97 + (ncse_71 * ncse_89))), (-ncse_98 * ncse_99), (-ncse_100 * ncse_44), (-ncse_100 * ncse_46), (1.0 + (ncse_82 * (-(6.0 * ncse_101 * ncse_54) - (ncse_101 * ncse_68 * (ncse_21 * ncse_21)) - (ncse_21 * ncse_47 * ncse_56)))), (p_q2 * ncse_21 * ncse_5 * ncse_85), (ncse_57 * ncse_74)],
+            [ncse_103, ncse_103, ncse_103, 0.0, 0.0, 0.0, (ncse_74 * ((ncse_104 * ncse_81) + (ncse_104 * ncse_88) + (ncse_104 * ncse_90))), (1.0 + (ncse_74 * (-ncse_59 + (3.0 * p_q1 * p_q2 * ncse_13 * ncse_24 * ncse_58 * ncse_83 * state_internal_gamma_rate)))), (ncse_74 * ((ncse_29 * ncse_58) + (ncse_32 * ncse_58) + (ncse_35 * ncse_58)))],
+            [(ncse_106 * (-ncse_107 - ncse_108 + (ncse_29 * ncse_71))), (ncse_106 * (-ncse_107 - ncse_109 + (ncse_32 * ncse_71))), (ncse_106 * (-ncse_108 - ncse_109 + (ncse_35 * ncse_71))), (-ncse_110 * ncse_98), (-ncse_111 * ncse_44), (-ncse_111 * ncse_46), (-p_K * ncse_106 * ncse_57), (ncse_106 * ((ncse_61 * ncse_84) - (2.0 * p_q3 * state_internal_phi))), (ncse_105 * ncse_3 * ncse_64)],
         ], X)
         nt1_B = _matrix([
             [(-nt1_r_0)],
@@ -344,6 +345,34 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3,
         old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep,
         old_state_internal_phi, X, O)
+    ncse_0 = (forces_E_0 - state_internal_Ep_0)
+    ncse_1 = (forces_E_1 - state_internal_Ep_1)
+    ncse_2 = (forces_E_2 - state_internal_Ep_2)
+    ncse_4 = (p_sigma_y + (p_K * state_internal_ep))
+    ncse_13 = (1.0 / ncse_4)
+    ncse_6 = (1.0 + p_nu)
+    ncse_7 = (1.0 / ncse_6)
+    ncse_8 = (p_E * ncse_7)
+    ncse_9 = (ncse_1 * ncse_8)
+    ncse_10 = (ncse_2 * ncse_8)
+    ncse_11 = (ncse_10 + ncse_9)
+    ncse_14 = (p_q2 * ncse_13)
+    ncse_15 = (ncse_0 * ncse_8)
+    ncse_16 = (2.0 * p_nu)
+    ncse_17 = (1.0 / (1.0 - ncse_16))
+    ncse_18 = (ncse_17 * ncse_8)
+    ncse_19 = (p_nu * ncse_18)
+    ncse_20 = (ncse_19 * (ncse_0 + ncse_1 + ncse_2))
+    ncse_21 = (ncse_11 + ncse_15 + (3.0 * ncse_20))
+    ncse_22 = (0.5 * ncse_21)
+    ncse_23 = (ncse_14 * ncse_22)
+    ncse_24 = torch.sinh(ncse_23)
+    ncse_25 = torch.clamp(state_internal_phi, min=0.0)
+    ncse_60 = torch.cosh(ncse_23)
+    nx_0 = ncse_60
+    nx_1 = ncse_25
+    nx_2 = ncse_24
+    nx_3 = ncse_13
     cse_0 = (forces_E_0 - state_internal_Ep_0)
     cse_1 = (forces_E_1 - state_internal_Ep_1)
     cse_2 = (forces_E_2 - state_internal_Ep_2)
@@ -376,160 +405,154 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_43 = (-cse_5)
         cse_86 = (cse_4 * cse_4)
         cse_117 = (p_sigma_y + (p_K * state_internal_ep))
-        cse_119 = (1.0 / cse_117)
-        cse_118 = (cse_119 * cse_119)
-        cse_120 = (p_q2 * cse_119)
-        cse_121 = (cse_14 + cse_15)
-        cse_122 = (cse_121 + cse_6 + (3.0 * cse_13))
-        cse_123 = (0.5 * cse_122)
-        cse_124 = (cse_120 * cse_123)
-        cse_125 = torch.cosh(cse_124)
-        cse_126 = torch.clamp(state_internal_phi, min=0.0)
-        cse_127 = (p_q1 * cse_126)
-        cse_128 = (cse_125 * cse_127 * (p_q2 * p_q2))
-        cse_129 = (0.5 * cse_128)
-        cse_130 = (cse_118 * cse_129)
-        cse_131 = (cse_130 - cse_118)
-        cse_132 = (cse_10 * cse_131 * cse_5 * cse_8)
-        cse_133 = (cse_130 + (2.0 * cse_118))
-        cse_134 = (-cse_132 + (cse_133 * cse_26))
-        cse_135 = (forces_t - old_forces_t)
-        cse_136 = (-cse_135)
-        cse_137 = (cse_136 * state_internal_gamma_rate)
-        cse_138 = (1.0 + (cse_134 * cse_137))
-        cse_139 = ((cse_12 * cse_131) + (cse_12 * cse_133))
-        cse_140 = (-cse_139 + (cse_131 * cse_26))
-        cse_141 = (cse_137 * cse_140)
-        cse_142 = (-cse_121 + (2.0 * p_E * cse_0 * cse_4))
-        cse_143 = (cse_119 * cse_119 * cse_119)
-        cse_144 = (2.0 * cse_143)
-        cse_145 = torch.sinh(cse_124)
-        cse_146 = (cse_127 * cse_145)
-        cse_147 = (cse_118 * cse_146)
-        cse_148 = (p_q2 * cse_147)
-        cse_149 = (cse_148 + (cse_123 * cse_128 * cse_143))
-        cse_150 = (cse_149 + (cse_142 * cse_144))
-        cse_151 = (-cse_150)
-        cse_152 = (cse_137 * cse_151)
-        cse_153 = _heaviside(state_internal_phi)
-        cse_154 = (p_q1 * cse_153)
-        cse_155 = (cse_137 * cse_145)
-        cse_156 = (cse_120 * cse_155)
-        cse_157 = (cse_154 * cse_156)
-        cse_158 = (cse_120 * cse_146)
-        cse_159 = (cse_158 + (cse_118 * cse_142))
-        cse_160 = (-cse_15 - cse_6 + (2.0 * p_E * cse_1 * cse_4))
-        cse_161 = (cse_149 + (cse_144 * cse_160))
-        cse_162 = (-cse_161)
-        cse_163 = (cse_137 * cse_162)
-        cse_164 = (cse_158 + (cse_118 * cse_160))
-        cse_165 = (-cse_14 - cse_6 + (2.0 * p_E * cse_2 * cse_4))
-        cse_166 = (cse_149 + (cse_144 * cse_165))
-        cse_167 = (-cse_166)
-        cse_168 = (cse_137 * cse_167)
-        cse_169 = (cse_158 + (cse_118 * cse_165))
-        cse_170 = (3.0 * cse_118)
-        cse_171 = (cse_137 * cse_170)
-        cse_172 = (cse_171 * cse_5)
-        cse_173 = (1.0 - cse_172)
-        cse_174 = (6.0 * cse_143)
-        cse_175 = (cse_137 * cse_174)
-        cse_176 = (cse_175 * state_S_3)
-        cse_177 = (cse_136 * cse_170)
-        cse_178 = (cse_175 * state_S_4)
-        cse_179 = (cse_175 * state_S_5)
-        cse_180 = (cse_12 * cse_166)
-        cse_181 = (cse_12 * cse_161)
-        cse_182 = (cse_180 + cse_181)
-        cse_183 = (cse_12 * cse_150)
-        cse_184 = (cse_180 + cse_183)
-        cse_185 = (cse_181 + cse_183)
-        cse_186 = (p_E * p_E)
-        cse_187 = (cse_186 * cse_86)
-        cse_188 = (cse_16 * cse_187)
-        cse_189 = (-cse_175 * cse_188)
-        cse_190 = (cse_175 * cse_187)
-        cse_191 = (-cse_18 * cse_190)
-        cse_192 = (-cse_190 * cse_20)
-        cse_193 = (p_q2 * cse_122)
-        cse_194 = (cse_119 * cse_119 * cse_119 * cse_119)
-        cse_195 = (cse_122 * cse_122)
-        cse_196 = (cse_16 * cse_16)
-        cse_197 = (cse_186 * cse_196)
-        cse_198 = (1.5 * cse_86)
-        cse_199 = (cse_18 * cse_18)
-        cse_200 = (cse_186 * cse_198)
-        cse_201 = (cse_20 * cse_20)
-        cse_202 = (0.3333333333333333 * cse_6)
-        cse_203 = (0.3333333333333333 * cse_14)
-        cse_204 = (0.3333333333333333 * cse_15)
-        cse_283 = (-cse_202 - cse_203 + (0.6666666666666666 * p_E * cse_2 * cse_4))
-        cse_284 = (-cse_202 - cse_204 + (0.6666666666666666 * p_E * cse_1 * cse_4))
-        cse_285 = (-cse_203 - cse_204 + (0.6666666666666666 * p_E * cse_0 * cse_4))
-        cse_205 = ((1.5 * (cse_283 * cse_283)) + (1.5 * (cse_284 * cse_284)) + (1.5 * (cse_285 * cse_285)) + (cse_197 * cse_198) + (cse_199 * cse_200) + (cse_200 * cse_201))
-        cse_206 = (cse_137 * (-(6.0 * cse_194 * cse_205) - (cse_129 * cse_194 * cse_195) - (cse_144 * cse_146 * cse_193)))
-        cse_207 = (cse_118 * cse_155 * cse_193)
-        cse_208 = ((cse_122 * cse_148) + (cse_144 * cse_205))
-        cse_209 = (1.0 - state_internal_phi)
-        cse_210 = (cse_209 * state_internal_gamma_rate)
-        cse_211 = (2.0 * cse_210)
-        cse_212 = (cse_136 * ((cse_134 * cse_210) + (cse_140 * cse_211)))
-        cse_213 = (cse_167 * cse_210)
-        cse_214 = (cse_162 * cse_210)
-        cse_215 = (cse_151 * cse_210)
-        cse_216 = (cse_169 * state_internal_gamma_rate)
-        cse_217 = (cse_164 * state_internal_gamma_rate)
-        cse_218 = (cse_159 * state_internal_gamma_rate)
-        cse_219 = (cse_216 + cse_217 + cse_218)
-        cse_220 = (state_internal_phi * state_internal_phi)
-        cse_221 = (1.0 / (p_sigma_y * p_sigma_y))
-        cse_222 = (p_E * cse_135 * cse_221)
-        cse_223 = (2.0 * cse_125)
-        cse_224 = _heaviside((1.0 + (p_q3 * cse_220) - (cse_118 * cse_205) - (cse_127 * cse_223) - (cse_222 * state_internal_gamma_rate)))
-        cse_225 = (-1.0 + cse_224)
-        cse_226 = (cse_12 * cse_169)
-        cse_227 = (cse_12 * cse_164)
-        cse_228 = (cse_226 + cse_227)
-        cse_229 = (cse_12 * cse_159)
-        cse_230 = (cse_226 + cse_229)
-        cse_231 = (cse_227 + cse_229)
-        cse_232 = (cse_170 * cse_225)
-        cse_233 = (-cse_188 * cse_232)
-        cse_234 = (cse_187 * cse_232)
-        cse_235 = (-cse_18 * cse_234)
-        cse_236 = (-cse_20 * cse_234)
-        cse_237 = (-cse_208 * cse_225)
-        cse_238 = (cse_132 + (cse_133 * cse_25))
-        cse_239 = (-cse_137 * cse_238)
-        cse_240 = (cse_139 + (cse_131 * cse_25))
-        cse_241 = (-cse_137 * cse_240)
-        cse_264 = (-cse_172)
-        cse_275 = (-cse_136 * ((cse_210 * cse_238) + (cse_211 * cse_240)))
+        cse_118 = (1.0 / (cse_117 * cse_117))
+        cse_119 = (p_q1 * nx_1)
+        cse_120 = (0.5 * cse_119 * nx_0)
+        cse_121 = (cse_120 * (p_q2 * p_q2))
+        cse_122 = (cse_118 * cse_121)
+        cse_123 = (cse_122 - cse_118)
+        cse_124 = (cse_10 * cse_123 * cse_5 * cse_8)
+        cse_125 = (cse_122 + (2.0 * cse_118))
+        cse_126 = (-cse_124 + (cse_125 * cse_26))
+        cse_127 = (forces_t - old_forces_t)
+        cse_128 = (-cse_127)
+        cse_129 = (cse_128 * state_internal_gamma_rate)
+        cse_130 = (1.0 + (cse_126 * cse_129))
+        cse_131 = ((cse_12 * cse_123) + (cse_12 * cse_125))
+        cse_132 = (-cse_131 + (cse_123 * cse_26))
+        cse_133 = (cse_129 * cse_132)
+        cse_134 = (cse_14 + cse_15)
+        cse_135 = (-cse_134 + (2.0 * p_E * cse_0 * cse_4))
+        cse_136 = (1.0 / (cse_117 * cse_117 * cse_117))
+        cse_137 = (2.0 * cse_136)
+        cse_138 = (cse_119 * nx_2)
+        cse_139 = (cse_118 * cse_138)
+        cse_140 = (p_q2 * cse_139)
+        cse_141 = (cse_134 + cse_6 + (3.0 * cse_13))
+        cse_142 = (cse_140 + (cse_121 * cse_136 * cse_141))
+        cse_143 = (cse_142 + (cse_135 * cse_137))
+        cse_144 = (-cse_143)
+        cse_145 = (cse_129 * cse_144)
+        cse_146 = _heaviside(state_internal_phi)
+        cse_147 = (p_q1 * cse_146)
+        cse_148 = (p_q2 * cse_129 * nx_2)
+        cse_149 = (cse_148 * nx_3)
+        cse_150 = (cse_147 * cse_149)
+        cse_151 = (cse_138 * nx_3)
+        cse_152 = (p_q2 * cse_151)
+        cse_153 = (cse_152 + (cse_118 * cse_135))
+        cse_154 = (-cse_15 - cse_6 + (2.0 * p_E * cse_1 * cse_4))
+        cse_155 = (cse_142 + (cse_137 * cse_154))
+        cse_156 = (-cse_155)
+        cse_157 = (cse_129 * cse_156)
+        cse_158 = (cse_152 + (cse_118 * cse_154))
+        cse_159 = (-cse_14 - cse_6 + (2.0 * p_E * cse_2 * cse_4))
+        cse_160 = (cse_142 + (cse_137 * cse_159))
+        cse_161 = (-cse_160)
+        cse_162 = (cse_129 * cse_161)
+        cse_163 = (cse_152 + (cse_118 * cse_159))
+        cse_164 = (3.0 * cse_118)
+        cse_165 = (cse_129 * cse_164)
+        cse_166 = (cse_165 * cse_5)
+        cse_167 = (1.0 - cse_166)
+        cse_168 = (6.0 * cse_136)
+        cse_169 = (cse_129 * cse_168)
+        cse_170 = (cse_169 * state_S_3)
+        cse_171 = (cse_128 * cse_164)
+        cse_172 = (cse_169 * state_S_4)
+        cse_173 = (cse_169 * state_S_5)
+        cse_174 = (cse_12 * cse_160)
+        cse_175 = (cse_12 * cse_155)
+        cse_176 = (cse_174 + cse_175)
+        cse_177 = (cse_12 * cse_143)
+        cse_178 = (cse_174 + cse_177)
+        cse_179 = (cse_175 + cse_177)
+        cse_180 = (p_E * p_E)
+        cse_181 = (cse_180 * cse_86)
+        cse_182 = (cse_16 * cse_181)
+        cse_183 = (-cse_169 * cse_182)
+        cse_184 = (cse_169 * cse_181)
+        cse_185 = (-cse_18 * cse_184)
+        cse_186 = (-cse_184 * cse_20)
+        cse_187 = (p_q2 * cse_141)
+        cse_188 = (1.0 / (cse_117 * cse_117 * cse_117 * cse_117))
+        cse_189 = (cse_141 * cse_141)
+        cse_190 = (cse_16 * cse_16)
+        cse_191 = (cse_180 * cse_190)
+        cse_192 = (1.5 * cse_86)
+        cse_193 = (cse_18 * cse_18)
+        cse_194 = (cse_180 * cse_192)
+        cse_195 = (cse_20 * cse_20)
+        cse_196 = (0.3333333333333333 * cse_6)
+        cse_197 = (0.3333333333333333 * cse_14)
+        cse_198 = (0.3333333333333333 * cse_15)
+        cse_275 = (-cse_196 - cse_197 + (0.6666666666666666 * p_E * cse_2 * cse_4))
+        cse_276 = (-cse_196 - cse_198 + (0.6666666666666666 * p_E * cse_1 * cse_4))
+        cse_277 = (-cse_197 - cse_198 + (0.6666666666666666 * p_E * cse_0 * cse_4))
+        cse_199 = ((1.5 * (cse_275 * cse_275)) + (1.5 * (cse_276 * cse_276)) + (1.5 * (cse_277 * cse_277)) + (cse_191 * cse_192) + (cse_193 * cse_194) + (cse_194 * cse_195))
+        cse_200 = (cse_129 * (-(6.0 * cse_188 * cse_199) - (cse_121 * cse_188 * cse_189) - (cse_137 * cse_138 * cse_187)))
+        cse_201 = (cse_118 * cse_141 * cse_148)
+        cse_202 = ((cse_137 * cse_199) + (cse_140 * cse_141))
+        cse_203 = (1.0 - state_internal_phi)
+        cse_204 = (cse_203 * state_internal_gamma_rate)
+        cse_205 = (2.0 * cse_204)
+        cse_206 = (cse_128 * ((cse_126 * cse_204) + (cse_132 * cse_205)))
+        cse_207 = (cse_161 * cse_204)
+        cse_208 = (cse_156 * cse_204)
+        cse_209 = (cse_144 * cse_204)
+        cse_210 = (cse_163 * state_internal_gamma_rate)
+        cse_211 = (cse_158 * state_internal_gamma_rate)
+        cse_212 = (cse_153 * state_internal_gamma_rate)
+        cse_213 = (cse_210 + cse_211 + cse_212)
+        cse_214 = (2.0 * nx_0)
+        cse_215 = (state_internal_phi * state_internal_phi)
+        cse_216 = (1.0 / (p_sigma_y * p_sigma_y))
+        cse_217 = (p_E * cse_127 * cse_216)
+        cse_218 = _heaviside((1.0 + (p_q3 * cse_215) - (cse_118 * cse_199) - (cse_119 * cse_214) - (cse_217 * state_internal_gamma_rate)))
+        cse_219 = (-1.0 + cse_218)
+        cse_220 = (cse_12 * cse_163)
+        cse_221 = (cse_12 * cse_158)
+        cse_222 = (cse_220 + cse_221)
+        cse_223 = (cse_12 * cse_153)
+        cse_224 = (cse_220 + cse_223)
+        cse_225 = (cse_221 + cse_223)
+        cse_226 = (cse_164 * cse_219)
+        cse_227 = (-cse_182 * cse_226)
+        cse_228 = (cse_181 * cse_226)
+        cse_229 = (-cse_18 * cse_228)
+        cse_230 = (-cse_20 * cse_228)
+        cse_231 = (-cse_202 * cse_219)
+        cse_232 = (cse_124 + (cse_125 * cse_25))
+        cse_233 = (-cse_129 * cse_232)
+        cse_234 = (cse_131 + (cse_123 * cse_25))
+        cse_235 = (-cse_129 * cse_234)
+        cse_256 = (-cse_166)
+        cse_267 = (-cse_128 * ((cse_204 * cse_232) + (cse_205 * cse_234)))
         # elimination lu1: 9x9, shared by the linear solves below, unrolled over structural nonzeros
         lu1_A = _matrix([
-            [cse_138, cse_141, cse_141, 0.0, 0.0, 0.0, (p_K * cse_152), cse_157, (cse_136 * cse_159)],
-            [cse_141, cse_138, cse_141, 0.0, 0.0, 0.0, (p_K * cse_163), cse_157, (cse_136 * cse_164)],
-            [cse_141, cse_141, cse_138, 0.0, 0.0, 0.0, (p_K * cse_168), cse_157, (cse_136 * cse_169)],
-            [0.0, 0.0, 0.0, cse_173, 0.0, 0.0, (-p_K * cse_176), 0.0, (cse_177 * state_S_3)],
-            [0.0, 0.0, 0.0, 0.0, cse_173, 0.0, (-p_K * cse_178), 0.0, (cse_177 * state_S_4)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, cse_173, (-p_K * cse_179), 0.0, (cse_177 * state_S_5)],
-            [(cse_137 * (-cse_182 + (cse_150 * cse_26))), (cse_137 * (-cse_184 + (cse_161 * cse_26))), (cse_137 * (-cse_185 + (cse_166 * cse_26))), cse_189, cse_191, cse_192, (1.0 + (p_K * cse_206)), (cse_154 * cse_207), (cse_136 * cse_208)],
-            [cse_212, cse_212, cse_212, 0.0, 0.0, 0.0, (cse_136 * ((p_K * cse_213) + (p_K * cse_214) + (p_K * cse_215))), (1.0 + (cse_136 * (-cse_219 + (3.0 * p_q1 * p_q2 * cse_119 * cse_145 * cse_153 * cse_209 * state_internal_gamma_rate)))), (cse_136 * ((cse_159 * cse_209) + (cse_164 * cse_209) + (cse_169 * cse_209)))],
-            [(cse_225 * (-cse_228 + (cse_159 * cse_26))), (cse_225 * (-cse_230 + (cse_164 * cse_26))), (cse_225 * (-cse_231 + (cse_169 * cse_26))), cse_233, cse_235, cse_236, (p_K * cse_237), (cse_225 * ((cse_154 * cse_223) - (2.0 * p_q3 * state_internal_phi))), (cse_222 * cse_224)],
+            [cse_130, cse_133, cse_133, 0.0, 0.0, 0.0, (p_K * cse_145), cse_150, (cse_128 * cse_153)],
+            [cse_133, cse_130, cse_133, 0.0, 0.0, 0.0, (p_K * cse_157), cse_150, (cse_128 * cse_158)],
+            [cse_133, cse_133, cse_130, 0.0, 0.0, 0.0, (p_K * cse_162), cse_150, (cse_128 * cse_163)],
+            [0.0, 0.0, 0.0, cse_167, 0.0, 0.0, (-p_K * cse_170), 0.0, (cse_171 * state_S_3)],
+            [0.0, 0.0, 0.0, 0.0, cse_167, 0.0, (-p_K * cse_172), 0.0, (cse_171 * state_S_4)],
+            [0.0, 0.0, 0.0, 0.0, 0.0, cse_167, (-p_K * cse_173), 0.0, (cse_171 * state_S_5)],
+            [(cse_129 * (-cse_176 + (cse_143 * cse_26))), (cse_129 * (-cse_178 + (cse_155 * cse_26))), (cse_129 * (-cse_179 + (cse_160 * cse_26))), cse_183, cse_185, cse_186, (1.0 + (p_K * cse_200)), (cse_147 * cse_201), (cse_128 * cse_202)],
+            [cse_206, cse_206, cse_206, 0.0, 0.0, 0.0, (cse_128 * ((p_K * cse_207) + (p_K * cse_208) + (p_K * cse_209))), (1.0 + (cse_128 * (-cse_213 + (3.0 * p_q1 * p_q2 * cse_146 * cse_203 * nx_2 * nx_3 * state_internal_gamma_rate)))), (cse_128 * ((cse_153 * cse_203) + (cse_158 * cse_203) + (cse_163 * cse_203)))],
+            [(cse_219 * (-cse_222 + (cse_153 * cse_26))), (cse_219 * (-cse_224 + (cse_158 * cse_26))), (cse_219 * (-cse_225 + (cse_163 * cse_26))), cse_227, cse_229, cse_230, (p_K * cse_231), (cse_219 * ((cse_147 * cse_214) - (2.0 * p_q3 * state_internal_phi))), (cse_217 * cse_218)],
         ], X)
         lu1_s = _rowscale(lu1_A)
         lu1_LU, lu1_piv = torch.linalg.lu_factor_ex(lu1_A * lu1_s, check_errors=False)[:2]
         # linear solve 1: 9x9, 6 right-hand side(s) through elimination lu1
         ls1_B = _matrix([
-            [cse_239, cse_241, cse_241, 0.0, 0.0, 0.0],
-            [cse_241, cse_239, cse_241, 0.0, 0.0, 0.0],
-            [cse_241, cse_241, cse_239, 0.0, 0.0, 0.0],
-            [0.0, 0.0, 0.0, cse_264, 0.0, 0.0],
-            [0.0, 0.0, 0.0, 0.0, cse_264, 0.0],
-            [0.0, 0.0, 0.0, 0.0, 0.0, cse_264],
-            [(-cse_137 * (cse_182 + (cse_150 * cse_25))), (-cse_137 * (cse_184 + (cse_161 * cse_25))), (-cse_137 * (cse_185 + (cse_166 * cse_25))), cse_189, cse_191, cse_192],
-            [cse_275, cse_275, cse_275, 0.0, 0.0, 0.0],
-            [(-cse_225 * (cse_228 + (cse_159 * cse_25))), (-cse_225 * (cse_230 + (cse_164 * cse_25))), (-cse_225 * (cse_231 + (cse_169 * cse_25))), cse_233, cse_235, cse_236],
+            [cse_233, cse_235, cse_235, 0.0, 0.0, 0.0],
+            [cse_235, cse_233, cse_235, 0.0, 0.0, 0.0],
+            [cse_235, cse_235, cse_233, 0.0, 0.0, 0.0],
+            [0.0, 0.0, 0.0, cse_256, 0.0, 0.0],
+            [0.0, 0.0, 0.0, 0.0, cse_256, 0.0],
+            [0.0, 0.0, 0.0, 0.0, 0.0, cse_256],
+            [(-cse_129 * (cse_176 + (cse_143 * cse_25))), (-cse_129 * (cse_178 + (cse_155 * cse_25))), (-cse_129 * (cse_179 + (cse_160 * cse_25))), cse_183, cse_185, cse_186],
+            [cse_267, cse_267, cse_267, 0.0, 0.0, 0.0],
+            [(-cse_219 * (cse_222 + (cse_153 * cse_25))), (-cse_219 * (cse_224 + (cse_158 * cse_25))), (-cse_219 * (cse_225 + (cse_163 * cse_25))), cse_227, cse_229, cse_230],
         ], X)
         ls1_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls1_B * lu1_s)
         d1 = ls1_X[:, 0, 0]
@@ -641,25 +664,25 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d89 = (cse_43 * d35)
         d90 = (cse_5 + (cse_43 * d36))
     if V & 12:  # jacobian, total
-        cse_265 = (cse_170 * state_internal_gamma_rate)
-        cse_266 = (cse_265 * state_S_3)
-        cse_267 = (cse_265 * state_S_4)
-        cse_268 = (cse_265 * state_S_5)
-        cse_269 = (cse_208 * state_internal_gamma_rate)
-        cse_276 = (cse_209 * cse_219)
-        cse_278 = (cse_221 * cse_224 * state_internal_gamma_rate)
-        cse_279 = (p_E * cse_278)
+        cse_257 = (cse_164 * state_internal_gamma_rate)
+        cse_258 = (cse_257 * state_S_3)
+        cse_259 = (cse_257 * state_S_4)
+        cse_260 = (cse_257 * state_S_5)
+        cse_261 = (cse_202 * state_internal_gamma_rate)
+        cse_268 = (cse_203 * cse_213)
+        cse_270 = (cse_216 * cse_218 * state_internal_gamma_rate)
+        cse_271 = (p_E * cse_270)
         # linear solve 2: 9x9, 10 right-hand side(s) through elimination lu1
         ls2_B = _matrix([
-            [cse_218, (-cse_218), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_217, (-cse_217), 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_216, (-cse_216), 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_266, (-cse_266), 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_267, (-cse_267), 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],
-            [cse_268, (-cse_268), 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0],
-            [cse_269, (-cse_269), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
-            [cse_276, (-cse_276), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
-            [(-cse_279), cse_279, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_212, (-cse_212), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_211, (-cse_211), 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_210, (-cse_210), 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_258, (-cse_258), 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_259, (-cse_259), 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],
+            [cse_260, (-cse_260), 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0],
+            [cse_261, (-cse_261), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
+            [cse_268, (-cse_268), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
+            [(-cse_271), cse_271, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
         ], X)
         ls2_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls2_B * lu1_s)
         d91 = ls2_X[:, 0, 0]
@@ -864,48 +887,46 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_99 = (cse_16 * cse_87)
         cse_100 = (cse_18 * cse_87)
         cse_101 = (cse_20 * cse_87)
-        cse_242 = (cse_131 * cse_80)
-        cse_243 = (cse_131 * cse_81)
-        cse_244 = (cse_242 + cse_243 + (cse_133 * cse_78))
-        cse_245 = (cse_91 - (p_E * cse_10 * cse_4 * cse_7) - (2.0 * p_E * p_nu * cse_4 * cse_7 * cse_93))
-        cse_246 = (-cse_245 - cse_97)
-        cse_247 = (cse_131 * cse_246)
-        cse_248 = (-cse_245 - cse_98)
-        cse_249 = (cse_131 * cse_248)
-        cse_250 = (-cse_245 - cse_88)
-        cse_251 = (cse_247 + cse_249 + (cse_133 * cse_250))
-        cse_252 = (cse_126 * cse_156)
-        cse_253 = (-cse_252)
-        cse_254 = (cse_119 * cse_146)
-        cse_255 = (p_q2 * cse_125 * cse_127)
-        cse_256 = (cse_137 * (cse_254 + (cse_118 * cse_123 * cse_255)))
-        cse_257 = (-cse_256)
-        cse_258 = (cse_131 * cse_78)
-        cse_259 = (cse_243 + cse_258 + (cse_133 * cse_80))
-        cse_260 = (cse_131 * cse_250)
-        cse_261 = (cse_249 + cse_260 + (cse_133 * cse_246))
-        cse_262 = (cse_242 + cse_258 + (cse_133 * cse_81))
-        cse_263 = (cse_247 + cse_260 + (cse_133 * cse_248))
-        cse_270 = (cse_196 * cse_87)
-        cse_271 = (cse_174 * cse_87)
-        cse_272 = (cse_4 * cse_4 * cse_4)
-        cse_273 = (cse_174 * cse_272)
-        cse_274 = (cse_186 * cse_273)
-        cse_277 = (3.0 * cse_209)
-        cse_280 = (cse_170 * cse_87)
-        cse_281 = (cse_170 * cse_272)
-        cse_282 = (cse_186 * cse_281)
+        cse_236 = (cse_123 * cse_80)
+        cse_237 = (cse_123 * cse_81)
+        cse_238 = (cse_236 + cse_237 + (cse_125 * cse_78))
+        cse_239 = (cse_91 - (p_E * cse_10 * cse_4 * cse_7) - (2.0 * p_E * p_nu * cse_4 * cse_7 * cse_93))
+        cse_240 = (-cse_239 - cse_97)
+        cse_241 = (cse_123 * cse_240)
+        cse_242 = (-cse_239 - cse_98)
+        cse_243 = (cse_123 * cse_242)
+        cse_244 = (-cse_239 - cse_88)
+        cse_245 = (cse_241 + cse_243 + (cse_125 * cse_244))
+        cse_246 = (cse_149 * nx_1)
+        cse_247 = (-cse_246)
+        cse_248 = (cse_129 * (cse_151 + (cse_118 * cse_120 * cse_187)))
+        cse_249 = (-cse_248)
+        cse_250 = (cse_123 * cse_78)
+        cse_251 = (cse_237 + cse_250 + (cse_125 * cse_80))
+        cse_252 = (cse_123 * cse_244)
+        cse_253 = (cse_243 + cse_252 + (cse_125 * cse_240))
+        cse_254 = (cse_236 + cse_250 + (cse_125 * cse_81))
+        cse_255 = (cse_241 + cse_252 + (cse_125 * cse_242))
+        cse_262 = (cse_190 * cse_87)
+        cse_263 = (cse_168 * cse_87)
+        cse_264 = (cse_4 * cse_4 * cse_4)
+        cse_265 = (cse_168 * cse_264)
+        cse_266 = (cse_180 * cse_265)
+        cse_269 = (3.0 * cse_203)
+        cse_272 = (cse_164 * cse_87)
+        cse_273 = (cse_164 * cse_264)
+        cse_274 = (cse_180 * cse_273)
         # linear solve 3: 9x9, 7 right-hand side(s) through elimination lu1
         ls3_B = _matrix([
-            [(-cse_137 * cse_244), (-cse_137 * cse_251), (-cse_152 * state_internal_ep), (-cse_152), cse_253, cse_257, 0.0],
-            [(-cse_137 * cse_259), (-cse_137 * cse_261), (-cse_163 * state_internal_ep), (-cse_163), cse_253, cse_257, 0.0],
-            [(-cse_137 * cse_262), (-cse_137 * cse_263), (-cse_168 * state_internal_ep), (-cse_168), cse_253, cse_257, 0.0],
-            [(-cse_171 * cse_82), (cse_171 * cse_99), (cse_176 * state_internal_ep), cse_176, 0.0, 0.0, 0.0],
-            [(-cse_171 * cse_83), (cse_100 * cse_171), (cse_178 * state_internal_ep), cse_178, 0.0, 0.0, 0.0],
-            [(-cse_171 * cse_84), (cse_101 * cse_171), (cse_179 * state_internal_ep), cse_179, 0.0, 0.0, 0.0],
-            [(-cse_137 * ((cse_150 * cse_78) + (cse_161 * cse_80) + (cse_166 * cse_81) + (cse_174 * cse_270) + (cse_199 * cse_271) + (cse_201 * cse_271))), (-cse_137 * ((cse_150 * cse_250) + (cse_161 * cse_246) + (cse_166 * cse_248) - (cse_197 * cse_273) - (cse_199 * cse_274) - (cse_201 * cse_274))), (-cse_206 * state_internal_ep), (-cse_206), (-cse_126 * cse_207), (-cse_137 * ((cse_122 * cse_147) + (0.5 * cse_143 * cse_195 * cse_255))), 0.0],
-            [(-cse_136 * ((cse_210 * cse_244) + (cse_210 * cse_259) + (cse_210 * cse_262))), (-cse_136 * ((cse_210 * cse_251) + (cse_210 * cse_261) + (cse_210 * cse_263))), (-cse_136 * ((cse_213 * state_internal_ep) + (cse_214 * state_internal_ep) + (cse_215 * state_internal_ep))), (-cse_136 * (cse_213 + cse_214 + cse_215)), (-cse_252 * cse_277), (-cse_256 * cse_277), 0.0],
-            [(-(cse_135 * cse_278) - (cse_225 * ((cse_159 * cse_78) + (cse_164 * cse_80) + (cse_169 * cse_81) + (cse_170 * cse_270) + (cse_199 * cse_280) + (cse_201 * cse_280)))), (-cse_225 * ((cse_159 * cse_250) + (cse_164 * cse_246) + (cse_169 * cse_248) - (cse_197 * cse_281) - (cse_199 * cse_282) - (cse_201 * cse_282))), (-cse_237 * state_internal_ep), (-cse_237 + (2.0 * p_E * cse_135 * cse_224 * state_internal_gamma_rate / (p_sigma_y * p_sigma_y * p_sigma_y))), (-cse_126 * cse_223 * cse_225), (-cse_122 * cse_225 * cse_254), (cse_220 * cse_225)],
+            [(-cse_129 * cse_238), (-cse_129 * cse_245), (-cse_145 * state_internal_ep), (-cse_145), cse_247, cse_249, 0.0],
+            [(-cse_129 * cse_251), (-cse_129 * cse_253), (-cse_157 * state_internal_ep), (-cse_157), cse_247, cse_249, 0.0],
+            [(-cse_129 * cse_254), (-cse_129 * cse_255), (-cse_162 * state_internal_ep), (-cse_162), cse_247, cse_249, 0.0],
+            [(-cse_165 * cse_82), (cse_165 * cse_99), (cse_170 * state_internal_ep), cse_170, 0.0, 0.0, 0.0],
+            [(-cse_165 * cse_83), (cse_100 * cse_165), (cse_172 * state_internal_ep), cse_172, 0.0, 0.0, 0.0],
+            [(-cse_165 * cse_84), (cse_101 * cse_165), (cse_173 * state_internal_ep), cse_173, 0.0, 0.0, 0.0],
+            [(-cse_129 * ((cse_143 * cse_78) + (cse_155 * cse_80) + (cse_160 * cse_81) + (cse_168 * cse_262) + (cse_193 * cse_263) + (cse_195 * cse_263))), (-cse_129 * ((cse_143 * cse_244) + (cse_155 * cse_240) + (cse_160 * cse_242) - (cse_191 * cse_265) - (cse_193 * cse_266) - (cse_195 * cse_266))), (-cse_200 * state_internal_ep), (-cse_200), (-cse_201 * nx_1), (-cse_129 * ((cse_139 * cse_141) + (p_q2 * cse_120 * cse_136 * cse_189))), 0.0],
+            [(-cse_128 * ((cse_204 * cse_238) + (cse_204 * cse_251) + (cse_204 * cse_254))), (-cse_128 * ((cse_204 * cse_245) + (cse_204 * cse_253) + (cse_204 * cse_255))), (-cse_128 * ((cse_207 * state_internal_ep) + (cse_208 * state_internal_ep) + (cse_209 * state_internal_ep))), (-cse_128 * (cse_207 + cse_208 + cse_209)), (-cse_246 * cse_269), (-cse_248 * cse_269), 0.0],
+            [(-(cse_127 * cse_270) - (cse_219 * ((cse_153 * cse_78) + (cse_158 * cse_80) + (cse_163 * cse_81) + (cse_164 * cse_262) + (cse_193 * cse_272) + (cse_195 * cse_272)))), (-cse_219 * ((cse_153 * cse_244) + (cse_158 * cse_240) + (cse_163 * cse_242) - (cse_191 * cse_273) - (cse_193 * cse_274) - (cse_195 * cse_274))), (-cse_231 * state_internal_ep), (-cse_231 + (2.0 * p_E * cse_127 * cse_218 * state_internal_gamma_rate / (p_sigma_y * p_sigma_y * p_sigma_y))), (-cse_214 * cse_219 * nx_1), (-cse_141 * cse_151 * cse_219), (cse_215 * cse_219)],
         ], X)
         ls3_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls3_B * lu1_s)
         d241 = ls3_X[:, 0, 0]
@@ -1182,6 +1203,31 @@ if triton is not None:
         return s6, s10, s8, s12, s7, s11, s9, s13
 
     @triton.jit
+    def _mc_expm1(x):
+        u = tl.exp(x)
+        um1 = u - 1.0
+        d = tl.where((um1 == 0.0) | (um1 == -1.0), 1.0, tl.log(tl.where(um1 == -1.0, 1.0, u)))
+        r = tl.where(um1 == 0.0, x, um1 * (x / d))
+        r = tl.where(um1 == -1.0, -1.0, r)
+        return tl.where(um1 * 0.0 != 0.0, u, r)
+
+    @triton.jit
+    def _mc_sinh(x):
+        v = _mc_expm1(tl.abs(x))
+        r = 0.5 * (v + v / (v + 1.0))
+        r = tl.where(v * 0.0 != 0.0, v, r)
+        return tl.where(x < 0.0, -r, r)
+
+    @triton.jit
+    def _mc_pos(x):
+        return tl.where(x < 0.0, 0.0, x)
+
+    @triton.jit
+    def _mc_cosh(x):
+        e = tl.exp(tl.abs(x))
+        return 0.5 * (e + 1.0 / e)
+
+    @triton.jit
     def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
         t0 = tl.join(a0, a2)
         t1 = tl.join(a1, a3)
@@ -1198,31 +1244,6 @@ if triton is not None:
         t5 = tl.join(t2, t3)
         t6 = tl.join(t4, t5)
         return tl.reshape(t6, [BLOCK, 8])
-
-    @triton.jit
-    def _mc_cosh(x):
-        e = tl.exp(tl.abs(x))
-        return 0.5 * (e + 1.0 / e)
-
-    @triton.jit
-    def _mc_pos(x):
-        return tl.where(x < 0.0, 0.0, x)
-
-    @triton.jit
-    def _mc_expm1(x):
-        u = tl.exp(x)
-        um1 = u - 1.0
-        d = tl.where((um1 == 0.0) | (um1 == -1.0), 1.0, tl.log(tl.where(um1 == -1.0, 1.0, u)))
-        r = tl.where(um1 == 0.0, x, um1 * (x / d))
-        r = tl.where(um1 == -1.0, -1.0, r)
-        return tl.where(um1 * 0.0 != 0.0, u, r)
-
-    @triton.jit
-    def _mc_sinh(x):
-        v = _mc_expm1(tl.abs(x))
-        r = 0.5 * (v + v / (v + 1.0))
-        r = tl.where(v * 0.0 != 0.0, v, r)
-        return tl.where(x < 0.0, -r, r)
 
     @triton.jit
     def _mc_row32(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, BLOCK: tl.constexpr):
@@ -1846,207 +1867,208 @@ if triton is not None:
             ncse_22 = (K5 * ncse_21)
             ncse_23 = (ncse_14 * ncse_22)
             ncse_24 = _mc_sinh(ncse_23)
-            ncse_25 = (p_q1 * _mc_pos(state_internal_phi))
-            ncse_26 = (ncse_24 * ncse_25)
-            ncse_27 = (ncse_14 * ncse_26)
-            ncse_28 = (ncse_27 + (ncse_12 * ncse_5))
-            ncse_29 = (ncse_28 * state_internal_gamma_rate)
-            ncse_30 = (-ncse_10 - ncse_15 + (K3 * p_E * ncse_1 * ncse_7))
-            ncse_31 = (ncse_27 + (ncse_30 * ncse_5))
-            ncse_32 = (ncse_31 * state_internal_gamma_rate)
-            ncse_33 = (-ncse_15 - ncse_9 + (K3 * p_E * ncse_2 * ncse_7))
-            ncse_34 = (ncse_27 + (ncse_33 * ncse_5))
-            ncse_35 = (ncse_34 * state_internal_gamma_rate)
-            ncse_36 = (-state_internal_Ep_3)
-            ncse_37 = (forces_E_3 + ncse_36)
-            ncse_38 = (ncse_3 * state_internal_gamma_rate)
-            ncse_39 = (K4 * ncse_5)
-            ncse_40 = (ncse_39 * ncse_8)
-            ncse_41 = (ncse_38 * ncse_40)
-            ncse_42 = (-state_internal_Ep_4)
-            ncse_43 = (forces_E_4 + ncse_42)
-            ncse_44 = (-state_internal_Ep_5)
-            ncse_45 = (forces_E_5 + ncse_44)
-            ncse_46 = (p_q2 * ncse_26)
-            ncse_47 = (ncse_46 * ncse_5)
-            ncse_48 = ((p_E * p_E) * (ncse_7 * ncse_7))
-            ncse_49 = (K6 * ncse_48)
-            ncse_50 = (K7 * ncse_15)
-            ncse_51 = (K7 * ncse_9)
-            ncse_52 = (K7 * ncse_10)
-            ncse_162 = (-ncse_50 - ncse_51 + (K8 * p_E * ncse_2 * ncse_7))
-            ncse_163 = (-ncse_50 - ncse_52 + (K8 * p_E * ncse_1 * ncse_7))
-            ncse_164 = (-ncse_51 - ncse_52 + (K8 * p_E * ncse_0 * ncse_7))
-            ncse_53 = ((K6 * (ncse_162 * ncse_162)) + (K6 * (ncse_163 * ncse_163)) + (K6 * (ncse_164 * ncse_164)) + (ncse_49 * (ncse_37 * ncse_37)) + (ncse_49 * (ncse_43 * ncse_43)) + (ncse_49 * (ncse_45 * ncse_45)))
-            ncse_54 = (ncse_13 * ncse_13 * ncse_13)
-            ncse_55 = (K3 * ncse_54)
-            ncse_56 = ((ncse_21 * ncse_47) + (ncse_53 * ncse_55))
-            ncse_57 = (K2 - state_internal_phi)
-            ncse_58 = (ncse_29 + ncse_32 + ncse_35)
-            ncse_59 = _mc_cosh(ncse_23)
-            ncse_60 = (K3 * ncse_59)
-            ncse_61 = (-K2 + (ncse_25 * ncse_60) + (ncse_5 * ncse_53) - (p_q3 * (state_internal_phi * state_internal_phi)))
-            ncse_62 = (K2 / (p_sigma_y * p_sigma_y))
-            ncse_63 = (p_E * ncse_62)
-            ncse_64 = (ncse_38 * ncse_63)
-            ncse_65 = (-ncse_5)
-            ncse_66 = (ncse_25 * ncse_59 * (p_q2 * p_q2))
-            ncse_67 = (K5 * ncse_66)
-            ncse_68 = (ncse_5 * ncse_67)
-            ncse_69 = (ncse_65 + ncse_68)
-            ncse_70 = (-ncse_19 - ncse_8)
-            ncse_71 = (ncse_68 + (K3 * ncse_5))
-            ncse_72 = ((ncse_70 * ncse_71) - (ncse_16 * ncse_18 * ncse_69))
-            ncse_73 = (-ncse_3)
-            ncse_74 = (ncse_73 * state_internal_gamma_rate)
-            ncse_75 = (K2 + (ncse_72 * ncse_74))
-            ncse_76 = ((ncse_69 * ncse_70) - (ncse_19 * ncse_69) - (ncse_19 * ncse_71))
-            ncse_77 = (ncse_74 * ncse_76)
-            ncse_78 = (ncse_47 + (ncse_22 * ncse_54 * ncse_66))
-            ncse_79 = (ncse_78 + (ncse_12 * ncse_55))
-            ncse_80 = (-ncse_79)
-            ncse_81 = (p_K * ncse_74)
-            ncse_82 = tl.where(state_internal_phi > 0.0, 1.0, 0.0)
-            ncse_83 = (p_q1 * ncse_82)
-            ncse_84 = (ncse_24 * ncse_74 * ncse_83)
-            ncse_85 = (ncse_14 * ncse_84)
-            ncse_86 = (ncse_78 + (ncse_30 * ncse_55))
-            ncse_87 = (-ncse_86)
-            ncse_88 = (ncse_78 + (ncse_33 * ncse_55))
-            ncse_89 = (-ncse_88)
-            ncse_90 = (K2 - (ncse_40 * ncse_74))
-            ncse_91 = (K9 * ncse_54)
-            ncse_92 = (ncse_8 * ncse_81 * ncse_91)
-            ncse_93 = (ncse_40 * ncse_73)
-            ncse_94 = (ncse_19 * ncse_88)
-            ncse_95 = (ncse_19 * ncse_86)
-            ncse_96 = (ncse_19 * ncse_79)
-            ncse_97 = (ncse_37 * ncse_48)
-            ncse_98 = (ncse_74 * ncse_91)
-            ncse_99 = (ncse_48 * ncse_98)
-            ncse_100 = (ncse_13 * ncse_13 * ncse_13 * ncse_13)
-            ncse_101 = (ncse_57 * state_internal_gamma_rate)
-            ncse_102 = (ncse_73 * ((ncse_101 * ncse_72) + (K3 * ncse_101 * ncse_76)))
-            ncse_103 = (p_K * ncse_101)
-            ncse_104 = tl.where((-ncse_61 - ncse_64) > 0.0, 1.0, 0.0)
-            ncse_105 = (-K2 + ncse_104)
-            ncse_106 = (ncse_19 * ncse_34)
-            ncse_107 = (ncse_19 * ncse_31)
-            ncse_108 = (ncse_19 * ncse_28)
-            ncse_109 = (ncse_105 * ncse_39)
-            ncse_110 = (ncse_109 * ncse_48)
-            ncse_111 = tl.abs(state_internal_Ep_0)
-            ncse_112 = tl.abs(state_internal_ep)
-            ncse_113 = ((ncse_112 * tl.abs(p_K)) + tl.abs(p_sigma_y))
-            ncse_114 = tl.abs(state_internal_phi)
-            ncse_115 = (ncse_114 * tl.abs(p_q1))
-            ncse_116 = (ncse_115 * tl.abs(p_q2) * tl.abs(ncse_24))
-            ncse_117 = (ncse_116 * ((ncse_113 * tl.abs(ncse_65)) + tl.abs(ncse_13)))
-            ncse_118 = ((ncse_113 * tl.abs((-ncse_55))) + tl.abs(ncse_5))
-            ncse_119 = tl.abs(state_internal_Ep_1)
-            ncse_120 = (ncse_119 + tl.abs(forces_E_1))
-            ncse_121 = tl.abs(p_E)
-            ncse_122 = tl.abs(ncse_7)
-            ncse_123 = (ncse_121 * ncse_122)
-            ncse_124 = (ncse_120 * ncse_123)
-            ncse_125 = (ncse_111 + tl.abs(forces_E_0))
-            ncse_126 = (ncse_123 * ncse_125)
-            ncse_127 = tl.abs(state_internal_Ep_2)
-            ncse_128 = (ncse_127 + tl.abs(forces_E_2))
-            ncse_129 = (ncse_123 * ncse_128)
-            ncse_130 = (ncse_123 * (ncse_120 + ncse_125 + ncse_128) * tl.abs(p_nu) * tl.abs(ncse_17))
-            ncse_131 = (K10 * ncse_130)
-            ncse_132 = (ncse_129 + ncse_131)
-            ncse_133 = tl.abs(state_internal_gamma_rate)
-            ncse_134 = tl.abs(ncse_3)
-            ncse_135 = (ncse_133 * ncse_134)
-            ncse_136 = (ncse_111 + (ncse_135 * (ncse_117 + (ncse_118 * (ncse_124 + ncse_132 + (K3 * ncse_126))))) + tl.abs(old_state_internal_Ep_0))
-            ncse_137 = (ncse_119 + (ncse_135 * (ncse_117 + (ncse_118 * (ncse_126 + ncse_132 + (K3 * ncse_124))))) + tl.abs(old_state_internal_Ep_1))
-            ncse_138 = (ncse_124 + ncse_126)
-            ncse_139 = (ncse_127 + (ncse_135 * (ncse_117 + (ncse_118 * (ncse_131 + ncse_138 + (K3 * ncse_129))))) + tl.abs(old_state_internal_Ep_2))
-            ncse_140 = tl.abs(state_internal_Ep_3)
-            ncse_141 = (ncse_140 + tl.abs(forces_E_3))
-            ncse_142 = (K4 * ncse_118 * ncse_123 * ncse_135)
-            ncse_143 = (ncse_140 + (ncse_141 * ncse_142) + tl.abs(old_state_internal_Ep_3))
-            ncse_144 = tl.abs(state_internal_Ep_4)
-            ncse_145 = (ncse_144 + tl.abs(forces_E_4))
-            ncse_146 = (ncse_144 + (ncse_142 * ncse_145) + tl.abs(old_state_internal_Ep_4))
-            ncse_147 = tl.abs(state_internal_Ep_5)
-            ncse_148 = (ncse_147 + tl.abs(forces_E_5))
-            ncse_149 = (ncse_147 + (ncse_142 * ncse_148) + tl.abs(old_state_internal_Ep_5))
-            ncse_150 = (K6 * (ncse_121 * ncse_121) * (ncse_122 * ncse_122))
-            ncse_151 = (K7 * ncse_124)
-            ncse_152 = (K11 * ncse_130)
-            ncse_153 = (ncse_152 + (K7 * ncse_126))
-            ncse_154 = (K7 * ncse_129)
-            ncse_165 = (ncse_151 + ncse_153 + (K8 * ncse_129))
-            ncse_166 = (ncse_153 + ncse_154 + (K8 * ncse_124))
-            ncse_167 = (ncse_151 + ncse_152 + ncse_154 + (K8 * ncse_126))
-            ncse_155 = ((K6 * (ncse_165 * ncse_165)) + (K6 * (ncse_166 * ncse_166)) + (K6 * (ncse_167 * ncse_167)) + (ncse_150 * (ncse_141 * ncse_141)) + (ncse_150 * (ncse_145 * ncse_145)) + (ncse_150 * (ncse_148 * ncse_148)))
-            ncse_156 = (ncse_112 + (ncse_135 * ((K3 * ncse_155 * ((ncse_113 * tl.abs((-K4 * ncse_100))) + tl.abs(ncse_54))) + (ncse_116 * ncse_118 * (ncse_129 + ncse_138 + (K4 * ncse_130))))) + tl.abs(old_state_internal_ep))
-            ncse_157 = tl.abs((ncse_15 + ncse_20))
-            ncse_158 = tl.abs((ncse_20 + ncse_9))
-            ncse_159 = tl.abs((ncse_10 + ncse_20))
-            ncse_160 = (ncse_114 + (ncse_134 * (K2 + ncse_114) * ((ncse_133 * (ncse_117 + (ncse_118 * (ncse_157 + ncse_158 + (K3 * ncse_159))))) + (ncse_133 * (ncse_117 + (ncse_118 * (ncse_157 + ncse_159 + (K3 * ncse_158))))) + (ncse_133 * (ncse_117 + (ncse_118 * (ncse_158 + ncse_159 + (K3 * ncse_157))))))) + tl.abs(old_state_internal_phi))
-            ncse_161 = ((ncse_118 * ncse_155) + ((ncse_114 * ncse_114) * tl.abs(p_q3)) + (K3 * ncse_115 * tl.abs(ncse_59)) + (ncse_121 * ncse_135 * tl.abs(ncse_62)))
-            nt1_r_0 = (state_internal_Ep_0 - old_state_internal_Ep_0 - (ncse_29 * ncse_3))
-            nt1_r_1 = (state_internal_Ep_1 - old_state_internal_Ep_1 - (ncse_3 * ncse_32))
-            nt1_r_2 = (state_internal_Ep_2 - old_state_internal_Ep_2 - (ncse_3 * ncse_35))
-            nt1_r_3 = (-ncse_36 - old_state_internal_Ep_3 - (ncse_37 * ncse_41))
-            nt1_r_4 = (-ncse_42 - old_state_internal_Ep_4 - (ncse_41 * ncse_43))
-            nt1_r_5 = (-ncse_44 - old_state_internal_Ep_5 - (ncse_41 * ncse_45))
-            nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_38 * ncse_56))
-            nt1_r_7 = (state_internal_phi - old_state_internal_phi - (ncse_3 * ncse_57 * ncse_58))
-            nt1_r_8 = _mc_le((-ncse_61), ncse_64)
+            ncse_25 = _mc_pos(state_internal_phi)
+            ncse_26 = (p_q1 * ncse_25)
+            ncse_27 = (ncse_24 * ncse_26)
+            ncse_28 = (ncse_14 * ncse_27)
+            ncse_29 = (ncse_28 + (ncse_12 * ncse_5))
+            ncse_30 = (ncse_29 * state_internal_gamma_rate)
+            ncse_31 = (-ncse_10 - ncse_15 + (K3 * p_E * ncse_1 * ncse_7))
+            ncse_32 = (ncse_28 + (ncse_31 * ncse_5))
+            ncse_33 = (ncse_32 * state_internal_gamma_rate)
+            ncse_34 = (-ncse_15 - ncse_9 + (K3 * p_E * ncse_2 * ncse_7))
+            ncse_35 = (ncse_28 + (ncse_34 * ncse_5))
+            ncse_36 = (ncse_35 * state_internal_gamma_rate)
+            ncse_37 = (-state_internal_Ep_3)
+            ncse_38 = (forces_E_3 + ncse_37)
+            ncse_39 = (ncse_3 * state_internal_gamma_rate)
+            ncse_40 = (K4 * ncse_5)
+            ncse_41 = (ncse_40 * ncse_8)
+            ncse_42 = (ncse_39 * ncse_41)
+            ncse_43 = (-state_internal_Ep_4)
+            ncse_44 = (forces_E_4 + ncse_43)
+            ncse_45 = (-state_internal_Ep_5)
+            ncse_46 = (forces_E_5 + ncse_45)
+            ncse_47 = (p_q2 * ncse_27)
+            ncse_48 = (ncse_47 * ncse_5)
+            ncse_49 = ((p_E * p_E) * (ncse_7 * ncse_7))
+            ncse_50 = (K6 * ncse_49)
+            ncse_51 = (K7 * ncse_15)
+            ncse_52 = (K7 * ncse_9)
+            ncse_53 = (K7 * ncse_10)
+            ncse_163 = (-ncse_51 - ncse_52 + (K8 * p_E * ncse_2 * ncse_7))
+            ncse_164 = (-ncse_51 - ncse_53 + (K8 * p_E * ncse_1 * ncse_7))
+            ncse_165 = (-ncse_52 - ncse_53 + (K8 * p_E * ncse_0 * ncse_7))
+            ncse_54 = ((K6 * (ncse_163 * ncse_163)) + (K6 * (ncse_164 * ncse_164)) + (K6 * (ncse_165 * ncse_165)) + (ncse_50 * (ncse_38 * ncse_38)) + (ncse_50 * (ncse_44 * ncse_44)) + (ncse_50 * (ncse_46 * ncse_46)))
+            ncse_55 = (ncse_13 * ncse_13 * ncse_13)
+            ncse_56 = (K3 * ncse_55)
+            ncse_57 = ((ncse_21 * ncse_48) + (ncse_54 * ncse_56))
+            ncse_58 = (K2 - state_internal_phi)
+            ncse_59 = (ncse_30 + ncse_33 + ncse_36)
+            ncse_60 = _mc_cosh(ncse_23)
+            ncse_61 = (K3 * ncse_60)
+            ncse_62 = (-K2 + (ncse_26 * ncse_61) + (ncse_5 * ncse_54) - (p_q3 * (state_internal_phi * state_internal_phi)))
+            ncse_63 = (K2 / (p_sigma_y * p_sigma_y))
+            ncse_64 = (p_E * ncse_63)
+            ncse_65 = (ncse_39 * ncse_64)
+            ncse_66 = (-ncse_5)
+            ncse_67 = (ncse_26 * ncse_60 * (p_q2 * p_q2))
+            ncse_68 = (K5 * ncse_67)
+            ncse_69 = (ncse_5 * ncse_68)
+            ncse_70 = (ncse_66 + ncse_69)
+            ncse_71 = (-ncse_19 - ncse_8)
+            ncse_72 = (ncse_69 + (K3 * ncse_5))
+            ncse_73 = ((ncse_71 * ncse_72) - (ncse_16 * ncse_18 * ncse_70))
+            ncse_74 = (-ncse_3)
+            ncse_75 = (ncse_74 * state_internal_gamma_rate)
+            ncse_76 = (K2 + (ncse_73 * ncse_75))
+            ncse_77 = ((ncse_70 * ncse_71) - (ncse_19 * ncse_70) - (ncse_19 * ncse_72))
+            ncse_78 = (ncse_75 * ncse_77)
+            ncse_79 = (ncse_48 + (ncse_22 * ncse_55 * ncse_67))
+            ncse_80 = (ncse_79 + (ncse_12 * ncse_56))
+            ncse_81 = (-ncse_80)
+            ncse_82 = (p_K * ncse_75)
+            ncse_83 = tl.where(state_internal_phi > 0.0, 1.0, 0.0)
+            ncse_84 = (p_q1 * ncse_83)
+            ncse_85 = (ncse_24 * ncse_75 * ncse_84)
+            ncse_86 = (ncse_14 * ncse_85)
+            ncse_87 = (ncse_79 + (ncse_31 * ncse_56))
+            ncse_88 = (-ncse_87)
+            ncse_89 = (ncse_79 + (ncse_34 * ncse_56))
+            ncse_90 = (-ncse_89)
+            ncse_91 = (K2 - (ncse_41 * ncse_75))
+            ncse_92 = (K9 * ncse_55)
+            ncse_93 = (ncse_8 * ncse_82 * ncse_92)
+            ncse_94 = (ncse_41 * ncse_74)
+            ncse_95 = (ncse_19 * ncse_89)
+            ncse_96 = (ncse_19 * ncse_87)
+            ncse_97 = (ncse_19 * ncse_80)
+            ncse_98 = (ncse_38 * ncse_49)
+            ncse_99 = (ncse_75 * ncse_92)
+            ncse_100 = (ncse_49 * ncse_99)
+            ncse_101 = (ncse_13 * ncse_13 * ncse_13 * ncse_13)
+            ncse_102 = (ncse_58 * state_internal_gamma_rate)
+            ncse_103 = (ncse_74 * ((ncse_102 * ncse_73) + (K3 * ncse_102 * ncse_77)))
+            ncse_104 = (p_K * ncse_102)
+            ncse_105 = tl.where((-ncse_62 - ncse_65) > 0.0, 1.0, 0.0)
+            ncse_106 = (-K2 + ncse_105)
+            ncse_107 = (ncse_19 * ncse_35)
+            ncse_108 = (ncse_19 * ncse_32)
+            ncse_109 = (ncse_19 * ncse_29)
+            ncse_110 = (ncse_106 * ncse_40)
+            ncse_111 = (ncse_110 * ncse_49)
+            ncse_112 = tl.abs(state_internal_Ep_0)
+            ncse_113 = tl.abs(state_internal_ep)
+            ncse_114 = ((ncse_113 * tl.abs(p_K)) + tl.abs(p_sigma_y))
+            ncse_115 = tl.abs(state_internal_phi)
+            ncse_116 = (ncse_115 * tl.abs(p_q1))
+            ncse_117 = (ncse_116 * tl.abs(p_q2) * tl.abs(ncse_24))
+            ncse_118 = (ncse_117 * ((ncse_114 * tl.abs(ncse_66)) + tl.abs(ncse_13)))
+            ncse_119 = ((ncse_114 * tl.abs((-ncse_56))) + tl.abs(ncse_5))
+            ncse_120 = tl.abs(state_internal_Ep_1)
+            ncse_121 = (ncse_120 + tl.abs(forces_E_1))
+            ncse_122 = tl.abs(p_E)
+            ncse_123 = tl.abs(ncse_7)
+            ncse_124 = (ncse_122 * ncse_123)
+            ncse_125 = (ncse_121 * ncse_124)
+            ncse_126 = (ncse_112 + tl.abs(forces_E_0))
+            ncse_127 = (ncse_124 * ncse_126)
+            ncse_128 = tl.abs(state_internal_Ep_2)
+            ncse_129 = (ncse_128 + tl.abs(forces_E_2))
+            ncse_130 = (ncse_124 * ncse_129)
+            ncse_131 = (ncse_124 * (ncse_121 + ncse_126 + ncse_129) * tl.abs(p_nu) * tl.abs(ncse_17))
+            ncse_132 = (K10 * ncse_131)
+            ncse_133 = (ncse_130 + ncse_132)
+            ncse_134 = tl.abs(state_internal_gamma_rate)
+            ncse_135 = tl.abs(ncse_3)
+            ncse_136 = (ncse_134 * ncse_135)
+            ncse_137 = (ncse_112 + (ncse_136 * (ncse_118 + (ncse_119 * (ncse_125 + ncse_133 + (K3 * ncse_127))))) + tl.abs(old_state_internal_Ep_0))
+            ncse_138 = (ncse_120 + (ncse_136 * (ncse_118 + (ncse_119 * (ncse_127 + ncse_133 + (K3 * ncse_125))))) + tl.abs(old_state_internal_Ep_1))
+            ncse_139 = (ncse_125 + ncse_127)
+            ncse_140 = (ncse_128 + (ncse_136 * (ncse_118 + (ncse_119 * (ncse_132 + ncse_139 + (K3 * ncse_130))))) + tl.abs(old_state_internal_Ep_2))
+            ncse_141 = tl.abs(state_internal_Ep_3)
+            ncse_142 = (ncse_141 + tl.abs(forces_E_3))
+            ncse_143 = (K4 * ncse_119 * ncse_124 * ncse_136)
+            ncse_144 = (ncse_141 + (ncse_142 * ncse_143) + tl.abs(old_state_internal_Ep_3))
+            ncse_145 = tl.abs(state_internal_Ep_4)
+            ncse_146 = (ncse_145 + tl.abs(forces_E_4))
+            ncse_147 = (ncse_145 + (ncse_143 * ncse_146) + tl.abs(old_state_internal_Ep_4))
+            ncse_148 = tl.abs(state_internal_Ep_5)
+            ncse_149 = (ncse_148 + tl.abs(forces_E_5))
+            ncse_150 = (ncse_148 + (ncse_143 * ncse_149) + tl.abs(old_state_internal_Ep_5))
+            ncse_151 = (K6 * (ncse_122 * ncse_122) * (ncse_123 * ncse_123))
+            ncse_152 = (K7 * ncse_125)
+            ncse_153 = (K11 * ncse_131)
+            ncse_154 = (ncse_153 + (K7 * ncse_127))
+            ncse_155 = (K7 * ncse_130)
+            ncse_166 = (ncse_152 + ncse_154 + (K8 * ncse_130))
+            ncse_167 = (ncse_154 + ncse_155 + (K8 * ncse_125))
+            ncse_168 = (ncse_152 + ncse_153 + ncse_155 + (K8 * ncse_127))
+            ncse_156 = ((K6 * (ncse_166 * ncse_166)) + (K6 * (ncse_167 * ncse_167)) + (K6 * (ncse_168 * ncse_168)) + (ncse_151 * (ncse_142 * ncse_142)) + (ncse_151 * (ncse_146 * ncse_146)) + (ncse_151 * (ncse_149 * ncse_149)))
+            ncse_157 = (ncse_113 + (ncse_136 * ((K3 * ncse_156 * ((ncse_114 * tl.abs((-K4 * ncse_101))) + tl.abs(ncse_55))) + (ncse_117 * ncse_119 * (ncse_130 + ncse_139 + (K4 * ncse_131))))) + tl.abs(old_state_internal_ep))
+            ncse_158 = tl.abs((ncse_15 + ncse_20))
+            ncse_159 = tl.abs((ncse_20 + ncse_9))
+            ncse_160 = tl.abs((ncse_10 + ncse_20))
+            ncse_161 = (ncse_115 + (ncse_135 * (K2 + ncse_115) * ((ncse_134 * (ncse_118 + (ncse_119 * (ncse_158 + ncse_159 + (K3 * ncse_160))))) + (ncse_134 * (ncse_118 + (ncse_119 * (ncse_158 + ncse_160 + (K3 * ncse_159))))) + (ncse_134 * (ncse_118 + (ncse_119 * (ncse_159 + ncse_160 + (K3 * ncse_158))))))) + tl.abs(old_state_internal_phi))
+            ncse_162 = ((ncse_119 * ncse_156) + ((ncse_115 * ncse_115) * tl.abs(p_q3)) + (K3 * ncse_116 * tl.abs(ncse_60)) + (ncse_122 * ncse_136 * tl.abs(ncse_63)))
+            nt1_r_0 = (state_internal_Ep_0 - old_state_internal_Ep_0 - (ncse_3 * ncse_30))
+            nt1_r_1 = (state_internal_Ep_1 - old_state_internal_Ep_1 - (ncse_3 * ncse_33))
+            nt1_r_2 = (state_internal_Ep_2 - old_state_internal_Ep_2 - (ncse_3 * ncse_36))
+            nt1_r_3 = (-ncse_37 - old_state_internal_Ep_3 - (ncse_38 * ncse_42))
+            nt1_r_4 = (-ncse_43 - old_state_internal_Ep_4 - (ncse_42 * ncse_44))
+            nt1_r_5 = (-ncse_45 - old_state_internal_Ep_5 - (ncse_42 * ncse_46))
+            nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_39 * ncse_57))
+            nt1_r_7 = (state_internal_phi - old_state_internal_phi - (ncse_3 * ncse_58 * ncse_59))
+            nt1_r_8 = _mc_le((-ncse_62), ncse_65)
             gtn_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8)))
             nt1_rnorm0 = tl.where(it1 == 0, gtn_return_map_residual_norm, nt1_rnorm0)
-            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * tl.where((K12 - ncse_136) > 0.0, ncse_136, K0))) & (tl.abs(nt1_r_1) <= (nt1_rtol * tl.where((K12 - ncse_137) > 0.0, ncse_137, K0))))
-            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_2) <= (nt1_rtol * tl.where((K12 - ncse_139) > 0.0, ncse_139, K0))) & (tl.abs(nt1_r_3) <= (nt1_rtol * tl.where((K12 - ncse_143) > 0.0, ncse_143, K0))))
-            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * tl.where((K12 - ncse_146) > 0.0, ncse_146, K0))) & (tl.abs(nt1_r_5) <= (nt1_rtol * tl.where((K12 - ncse_149) > 0.0, ncse_149, K0))))
-            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * tl.where((K12 - ncse_156) > 0.0, ncse_156, K0))) & (tl.abs(nt1_r_7) <= (nt1_rtol * tl.where((K12 - ncse_160) > 0.0, ncse_160, K0))))
-            nt1_scaled4 = (nt1_scaled3 & (tl.abs(nt1_r_8) <= (nt1_rtol * tl.where((K12 - ncse_161) > 0.0, (K2 + ncse_161), K0))))
+            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * tl.where((K12 - ncse_137) > 0.0, ncse_137, K0))) & (tl.abs(nt1_r_1) <= (nt1_rtol * tl.where((K12 - ncse_138) > 0.0, ncse_138, K0))))
+            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_2) <= (nt1_rtol * tl.where((K12 - ncse_140) > 0.0, ncse_140, K0))) & (tl.abs(nt1_r_3) <= (nt1_rtol * tl.where((K12 - ncse_144) > 0.0, ncse_144, K0))))
+            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * tl.where((K12 - ncse_147) > 0.0, ncse_147, K0))) & (tl.abs(nt1_r_5) <= (nt1_rtol * tl.where((K12 - ncse_150) > 0.0, ncse_150, K0))))
+            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * tl.where((K12 - ncse_157) > 0.0, ncse_157, K0))) & (tl.abs(nt1_r_7) <= (nt1_rtol * tl.where((K12 - ncse_161) > 0.0, ncse_161, K0))))
+            nt1_scaled4 = (nt1_scaled3 & (tl.abs(nt1_r_8) <= (nt1_rtol * tl.where((K12 - ncse_162) > 0.0, (K2 + ncse_162), K0))))
             gtn_return_map_converged = gtn_return_map_converged | (nt1_scaled4 | (gtn_return_map_residual_norm <= nt1_atol))
             update1 = (~gtn_return_map_converged) & (it1 < maxit1) & (gtn_return_map_residual_norm < float("inf"))
             todo1 = tl.sum(update1.to(tl.int32), axis=0)
             if todo1 > 0:
-                nt1_1 = (ncse_80 * ncse_81)
-                nt1_2 = (ncse_28 * ncse_73)
-                nt1_3 = (ncse_81 * ncse_87)
-                nt1_4 = (ncse_31 * ncse_73)
-                nt1_5 = (ncse_81 * ncse_89)
-                nt1_6 = (ncse_34 * ncse_73)
-                nt1_7 = (-ncse_37 * ncse_92)
-                nt1_8 = (ncse_37 * ncse_93)
-                nt1_9 = (-ncse_43 * ncse_92)
-                nt1_10 = (ncse_43 * ncse_93)
-                nt1_11 = (-ncse_45 * ncse_92)
-                nt1_12 = (ncse_45 * ncse_93)
-                nt1_13 = (ncse_74 * (-ncse_94 - ncse_95 + (ncse_70 * ncse_79)))
-                nt1_14 = (ncse_74 * (-ncse_94 - ncse_96 + (ncse_70 * ncse_86)))
-                nt1_15 = (ncse_74 * (-ncse_95 - ncse_96 + (ncse_70 * ncse_88)))
-                nt1_16 = (-ncse_97 * ncse_98)
-                nt1_17 = (-ncse_43 * ncse_99)
-                nt1_18 = (-ncse_45 * ncse_99)
-                nt1_19 = (K2 + (ncse_81 * (-(K9 * ncse_100 * ncse_53) - (ncse_100 * ncse_67 * (ncse_21 * ncse_21)) - (ncse_21 * ncse_46 * ncse_55))))
-                nt1_20 = (p_q2 * ncse_21 * ncse_5 * ncse_84)
-                nt1_21 = (ncse_56 * ncse_73)
-                nt1_22 = (ncse_73 * ((ncse_103 * ncse_80) + (ncse_103 * ncse_87) + (ncse_103 * ncse_89)))
-                nt1_23 = (K2 + (ncse_73 * (-ncse_58 + (K4 * p_q1 * p_q2 * ncse_13 * ncse_24 * ncse_57 * ncse_82 * state_internal_gamma_rate))))
-                nt1_24 = (ncse_73 * ((ncse_28 * ncse_57) + (ncse_31 * ncse_57) + (ncse_34 * ncse_57)))
-                nt1_25 = (ncse_105 * (-ncse_106 - ncse_107 + (ncse_28 * ncse_70)))
-                nt1_26 = (ncse_105 * (-ncse_106 - ncse_108 + (ncse_31 * ncse_70)))
-                nt1_27 = (ncse_105 * (-ncse_107 - ncse_108 + (ncse_34 * ncse_70)))
-                nt1_28 = (-ncse_109 * ncse_97)
-                nt1_29 = (-ncse_110 * ncse_43)
-                nt1_30 = (-ncse_110 * ncse_45)
-                nt1_31 = (-p_K * ncse_105 * ncse_56)
-                nt1_32 = (ncse_105 * ((ncse_60 * ncse_83) - (K3 * p_q3 * state_internal_phi)))
-                nt1_33 = (ncse_104 * ncse_3 * ncse_63)
+                nt1_1 = (ncse_81 * ncse_82)
+                nt1_2 = (ncse_29 * ncse_74)
+                nt1_3 = (ncse_82 * ncse_88)
+                nt1_4 = (ncse_32 * ncse_74)
+                nt1_5 = (ncse_82 * ncse_90)
+                nt1_6 = (ncse_35 * ncse_74)
+                nt1_7 = (-ncse_38 * ncse_93)
+                nt1_8 = (ncse_38 * ncse_94)
+                nt1_9 = (-ncse_44 * ncse_93)
+                nt1_10 = (ncse_44 * ncse_94)
+                nt1_11 = (-ncse_46 * ncse_93)
+                nt1_12 = (ncse_46 * ncse_94)
+                nt1_13 = (ncse_75 * (-ncse_95 - ncse_96 + (ncse_71 * ncse_80)))
+                nt1_14 = (ncse_75 * (-ncse_95 - ncse_97 + (ncse_71 * ncse_87)))
+                nt1_15 = (ncse_75 * (-ncse_96 - ncse_97 + (ncse_71 * ncse_89)))
+                nt1_16 = (-ncse_98 * ncse_99)
+                nt1_17 = (-ncse_100 * ncse_44)
+                nt1_18 = (-ncse_100 * ncse_46)
+                nt1_19 = (K2 + (ncse_82 * (-(K9 * ncse_101 * ncse_54) - (ncse_101 * ncse_68 * (ncse_21 * ncse_21)) - (ncse_21 * ncse_47 * ncse_56))))
+                nt1_20 = (p_q2 * ncse_21 * ncse_5 * ncse_85)
+                nt1_21 = (ncse_57 * ncse_74)
+                nt1_22 = (ncse_74 * ((ncse_104 * ncse_81) + (ncse_104 * ncse_88) + (ncse_104 * ncse_90)))
+                nt1_23 = (K2 + (ncse_74 * (-ncse_59 + (K4 * p_q1 * p_q2 * ncse_13 * ncse_24 * ncse_58 * ncse_83 * state_internal_gamma_rate))))
+                nt1_24 = (ncse_74 * ((ncse_29 * ncse_58) + (ncse_32 * ncse_58) + (ncse_35 * ncse_58)))
+                nt1_25 = (ncse_106 * (-ncse_107 - ncse_108 + (ncse_29 * ncse_71)))
+                nt1_26 = (ncse_106 * (-ncse_107 - ncse_109 + (ncse_32 * ncse_71)))
+                nt1_27 = (ncse_106 * (-ncse_108 - ncse_109 + (ncse_35 * ncse_71)))
+                nt1_28 = (-ncse_110 * ncse_98)
+                nt1_29 = (-ncse_111 * ncse_44)
+                nt1_30 = (-ncse_111 * ncse_46)
+                nt1_31 = (-p_K * ncse_106 * ncse_57)
+                nt1_32 = (ncse_106 * ((ncse_61 * ncse_84) - (K3 * p_q3 * state_internal_phi)))
+                nt1_33 = (ncse_105 * ncse_3 * ncse_64)
                 nt1_lu = _triton_lu1(
-                    ncse_75, ncse_77, ncse_77, nt1_1, ncse_85, nt1_2, ncse_77, ncse_75, ncse_77, nt1_3, ncse_85,
-                    nt1_4, ncse_77, ncse_77, ncse_75, nt1_5, ncse_85, nt1_6, ncse_90, nt1_7, nt1_8, ncse_90, nt1_9,
-                    nt1_10, ncse_90, nt1_11, nt1_12, nt1_13, nt1_14, nt1_15, nt1_16, nt1_17, nt1_18, nt1_19,
-                    nt1_20, nt1_21, ncse_102, ncse_102, ncse_102, nt1_22, nt1_23, nt1_24, nt1_25, nt1_26, nt1_27,
+                    ncse_76, ncse_78, ncse_78, nt1_1, ncse_86, nt1_2, ncse_78, ncse_76, ncse_78, nt1_3, ncse_86,
+                    nt1_4, ncse_78, ncse_78, ncse_76, nt1_5, ncse_86, nt1_6, ncse_91, nt1_7, nt1_8, ncse_91, nt1_9,
+                    nt1_10, ncse_91, nt1_11, nt1_12, nt1_13, nt1_14, nt1_15, nt1_16, nt1_17, nt1_18, nt1_19,
+                    nt1_20, nt1_21, ncse_103, ncse_103, ncse_103, nt1_22, nt1_23, nt1_24, nt1_25, nt1_26, nt1_27,
                     nt1_28, nt1_29, nt1_30, nt1_31, nt1_32, nt1_33, DTYPE)
                 nt1_34 = (-nt1_r_0)
                 nt1_35 = (-nt1_r_1)
@@ -2093,13 +2115,13 @@ if triton is not None:
         o_maxit = tl.load(O + 2).to(tl.int32)
         # constants of the kernel dtype (a bare float literal would be fp32)
         K0 = tl.full([], float("nan"), DTYPE)
-        K1 = tl.full([], 2.0, DTYPE)
-        K2 = tl.full([], 1.0, DTYPE)
-        K3 = tl.full([], 0.3333333333333333, DTYPE)
-        K4 = tl.full([], 0.6666666666666666, DTYPE)
-        K5 = tl.full([], 1.5, DTYPE)
-        K6 = tl.full([], 3.0, DTYPE)
-        K7 = tl.full([], 0.5, DTYPE)
+        K1 = tl.full([], 1.0, DTYPE)
+        K2 = tl.full([], 2.0, DTYPE)
+        K3 = tl.full([], 3.0, DTYPE)
+        K4 = tl.full([], 0.5, DTYPE)
+        K5 = tl.full([], 0.3333333333333333, DTYPE)
+        K6 = tl.full([], 0.6666666666666666, DTYPE)
+        K7 = tl.full([], 1.5, DTYPE)
         K8 = tl.full([], 6.0, DTYPE)
         K9 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
@@ -2140,6 +2162,34 @@ if triton is not None:
             old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3,
             old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep,
             old_state_internal_phi, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
+        ncse_0 = (forces_E_0 - state_internal_Ep_0)
+        ncse_1 = (forces_E_1 - state_internal_Ep_1)
+        ncse_2 = (forces_E_2 - state_internal_Ep_2)
+        ncse_4 = (p_sigma_y + (p_K * state_internal_ep))
+        ncse_13 = (K1 / ncse_4)
+        ncse_6 = (K1 + p_nu)
+        ncse_7 = (K1 / ncse_6)
+        ncse_8 = (p_E * ncse_7)
+        ncse_9 = (ncse_1 * ncse_8)
+        ncse_10 = (ncse_2 * ncse_8)
+        ncse_11 = (ncse_10 + ncse_9)
+        ncse_14 = (p_q2 * ncse_13)
+        ncse_15 = (ncse_0 * ncse_8)
+        ncse_16 = (K2 * p_nu)
+        ncse_17 = (K1 / (K1 - ncse_16))
+        ncse_18 = (ncse_17 * ncse_8)
+        ncse_19 = (p_nu * ncse_18)
+        ncse_20 = (ncse_19 * (ncse_0 + ncse_1 + ncse_2))
+        ncse_21 = (ncse_11 + ncse_15 + (K3 * ncse_20))
+        ncse_22 = (K4 * ncse_21)
+        ncse_23 = (ncse_14 * ncse_22)
+        ncse_24 = _mc_sinh(ncse_23)
+        ncse_25 = _mc_pos(state_internal_phi)
+        ncse_60 = _mc_cosh(ncse_23)
+        nx_0 = ncse_60
+        nx_1 = ncse_25
+        nx_2 = ncse_24
+        nx_3 = ncse_13
         # outputs 0 .. 3; NaN where Newton did not converge
         if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
             tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
@@ -2152,12 +2202,12 @@ if triton is not None:
                 tl.where((gtn_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_3, K0),
                 tl.where((gtn_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((gtn_return_map_converged & fin), state_internal_ep, K0), tl.where((gtn_return_map_converged & fin), state_internal_phi, K0), BLOCK)
             tl.store(Y + row[:, None] * y_stride + tl.arange(0, 8)[None, :], _row9, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
-        cse_8 = (K1 * p_nu)
-        cse_9 = (K2 - cse_8)
-        cse_10 = (K2 / cse_9)
+        cse_8 = (K2 * p_nu)
+        cse_9 = (K1 - cse_8)
+        cse_10 = (K1 / cse_9)
         cse_11 = (p_nu * cse_10)
-        cse_3 = (K2 + p_nu)
-        cse_4 = (K2 / cse_3)
+        cse_3 = (K1 + p_nu)
+        cse_4 = (K1 / cse_3)
         cse_5 = (p_E * cse_4)
         cse_12 = (cse_11 * cse_5)
         cse_0 = (forces_E_0 - state_internal_Ep_0)
@@ -2192,189 +2242,183 @@ if triton is not None:
                 tl.where((gtn_return_map_converged & fin), state_S_3, K0), tl.where((gtn_return_map_converged & fin), state_S_4, K0), tl.where((gtn_return_map_converged & fin), state_S_5, K0), _zero11, BLOCK)
             tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 8)[None, :], _row12, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 7))
         if V & 14:  # tangent, jacobian, total
-            cse_202 = (K3 * cse_6)
-            cse_203 = (K3 * cse_14)
-            cse_283 = (-cse_202 - cse_203 + (K4 * p_E * cse_2 * cse_4))
-            cse_204 = (K3 * cse_15)
-            cse_284 = (-cse_202 - cse_204 + (K4 * p_E * cse_1 * cse_4))
-            cse_285 = (-cse_203 - cse_204 + (K4 * p_E * cse_0 * cse_4))
+            cse_196 = (K5 * cse_6)
+            cse_197 = (K5 * cse_14)
+            cse_275 = (-cse_196 - cse_197 + (K6 * p_E * cse_2 * cse_4))
+            cse_198 = (K5 * cse_15)
+            cse_276 = (-cse_196 - cse_198 + (K6 * p_E * cse_1 * cse_4))
+            cse_277 = (-cse_197 - cse_198 + (K6 * p_E * cse_0 * cse_4))
             cse_86 = (cse_4 * cse_4)
-            cse_198 = (K5 * cse_86)
-            cse_186 = (p_E * p_E)
-            cse_200 = (cse_186 * cse_198)
-            cse_196 = (cse_16 * cse_16)
-            cse_197 = (cse_186 * cse_196)
-            cse_199 = (cse_18 * cse_18)
-            cse_201 = (cse_20 * cse_20)
-            cse_205 = ((K5 * (cse_283 * cse_283)) + (K5 * (cse_284 * cse_284)) + (K5 * (cse_285 * cse_285)) + (cse_197 * cse_198) + (cse_199 * cse_200) + (cse_200 * cse_201))
-            cse_121 = (cse_14 + cse_15)
-            cse_122 = (cse_121 + cse_6 + (K6 * cse_13))
-            cse_123 = (K7 * cse_122)
+            cse_192 = (K7 * cse_86)
+            cse_180 = (p_E * p_E)
+            cse_194 = (cse_180 * cse_192)
+            cse_190 = (cse_16 * cse_16)
+            cse_191 = (cse_180 * cse_190)
+            cse_193 = (cse_18 * cse_18)
+            cse_195 = (cse_20 * cse_20)
+            cse_199 = ((K7 * (cse_275 * cse_275)) + (K7 * (cse_276 * cse_276)) + (K7 * (cse_277 * cse_277)) + (cse_191 * cse_192) + (cse_193 * cse_194) + (cse_194 * cse_195))
+            cse_134 = (cse_14 + cse_15)
+            cse_141 = (cse_134 + cse_6 + (K3 * cse_13))
             cse_117 = (p_sigma_y + (p_K * state_internal_ep))
-            cse_119 = (K2 / cse_117)
-            cse_120 = (p_q2 * cse_119)
-            cse_124 = (cse_120 * cse_123)
-            cse_125 = _mc_cosh(cse_124)
-            cse_223 = (K1 * cse_125)
-            cse_118 = (cse_119 * cse_119)
-            cse_135 = (forces_t - old_forces_t)
-            cse_221 = (K2 / (p_sigma_y * p_sigma_y))
-            cse_222 = (p_E * cse_135 * cse_221)
-            cse_126 = _mc_pos(state_internal_phi)
-            cse_127 = (p_q1 * cse_126)
-            cse_220 = (state_internal_phi * state_internal_phi)
-            cse_224 = tl.where((K2 + (p_q3 * cse_220) - (cse_118 * cse_205) - (cse_127 * cse_223) - (cse_222 * state_internal_gamma_rate)) > 0.0, 1.0, 0.0)
-            cse_225 = (-K2 + cse_224)
-            cse_145 = _mc_sinh(cse_124)
-            cse_146 = (cse_127 * cse_145)
-            cse_147 = (cse_118 * cse_146)
-            cse_148 = (p_q2 * cse_147)
-            cse_143 = (cse_119 * cse_119 * cse_119)
-            cse_144 = (K1 * cse_143)
-            cse_208 = ((cse_122 * cse_148) + (cse_144 * cse_205))
-            cse_237 = (-cse_208 * cse_225)
-            cse_128 = (cse_125 * cse_127 * (p_q2 * p_q2))
-            cse_129 = (K7 * cse_128)
-            cse_193 = (p_q2 * cse_122)
-            cse_195 = (cse_122 * cse_122)
-            cse_136 = (-cse_135)
-            cse_137 = (cse_136 * state_internal_gamma_rate)
-            cse_194 = (cse_119 * cse_119 * cse_119 * cse_119)
-            cse_206 = (cse_137 * (-(K8 * cse_194 * cse_205) - (cse_129 * cse_194 * cse_195) - (cse_144 * cse_146 * cse_193)))
-            cse_170 = (K6 * cse_118)
-            cse_232 = (cse_170 * cse_225)
-            cse_187 = (cse_186 * cse_86)
-            cse_188 = (cse_16 * cse_187)
-            cse_233 = (-cse_188 * cse_232)
-            cse_234 = (cse_187 * cse_232)
-            cse_235 = (-cse_18 * cse_234)
-            cse_236 = (-cse_20 * cse_234)
-            cse_130 = (cse_118 * cse_129)
-            cse_131 = (cse_130 - cse_118)
-            cse_132 = (cse_10 * cse_131 * cse_5 * cse_8)
-            cse_133 = (cse_130 + (K1 * cse_118))
+            cse_118 = (K1 / (cse_117 * cse_117))
+            cse_119 = (p_q1 * nx_1)
+            cse_138 = (cse_119 * nx_2)
+            cse_139 = (cse_118 * cse_138)
+            cse_140 = (p_q2 * cse_139)
+            cse_136 = (K1 / (cse_117 * cse_117 * cse_117))
+            cse_137 = (K2 * cse_136)
+            cse_202 = ((cse_137 * cse_199) + (cse_140 * cse_141))
+            cse_127 = (forces_t - old_forces_t)
+            cse_216 = (K1 / (p_sigma_y * p_sigma_y))
+            cse_217 = (p_E * cse_127 * cse_216)
+            cse_214 = (K2 * nx_0)
+            cse_215 = (state_internal_phi * state_internal_phi)
+            cse_218 = tl.where((K1 + (p_q3 * cse_215) - (cse_118 * cse_199) - (cse_119 * cse_214) - (cse_217 * state_internal_gamma_rate)) > 0.0, 1.0, 0.0)
+            cse_219 = (-K1 + cse_218)
+            cse_231 = (-cse_202 * cse_219)
+            cse_187 = (p_q2 * cse_141)
+            cse_189 = (cse_141 * cse_141)
+            cse_120 = (K4 * cse_119 * nx_0)
+            cse_121 = (cse_120 * (p_q2 * p_q2))
+            cse_128 = (-cse_127)
+            cse_129 = (cse_128 * state_internal_gamma_rate)
+            cse_188 = (K1 / (cse_117 * cse_117 * cse_117 * cse_117))
+            cse_200 = (cse_129 * (-(K8 * cse_188 * cse_199) - (cse_121 * cse_188 * cse_189) - (cse_137 * cse_138 * cse_187)))
+            cse_164 = (K3 * cse_118)
+            cse_226 = (cse_164 * cse_219)
+            cse_181 = (cse_180 * cse_86)
+            cse_182 = (cse_16 * cse_181)
+            cse_227 = (-cse_182 * cse_226)
+            cse_228 = (cse_181 * cse_226)
+            cse_229 = (-cse_18 * cse_228)
+            cse_230 = (-cse_20 * cse_228)
+            cse_142 = (cse_140 + (cse_121 * cse_136 * cse_141))
+            cse_135 = (-cse_134 + (K2 * p_E * cse_0 * cse_4))
+            cse_143 = (cse_142 + (cse_135 * cse_137))
+            cse_144 = (-cse_143)
+            cse_145 = (cse_129 * cse_144)
+            cse_154 = (-cse_15 - cse_6 + (K2 * p_E * cse_1 * cse_4))
+            cse_155 = (cse_142 + (cse_137 * cse_154))
+            cse_156 = (-cse_155)
+            cse_157 = (cse_129 * cse_156)
+            cse_159 = (-cse_14 - cse_6 + (K2 * p_E * cse_2 * cse_4))
+            cse_160 = (cse_142 + (cse_137 * cse_159))
+            cse_161 = (-cse_160)
+            cse_162 = (cse_129 * cse_161)
+            cse_174 = (cse_12 * cse_160)
+            cse_175 = (cse_12 * cse_155)
+            cse_176 = (cse_174 + cse_175)
+            cse_177 = (cse_12 * cse_143)
+            cse_178 = (cse_174 + cse_177)
+            cse_179 = (cse_175 + cse_177)
+            cse_203 = (K1 - state_internal_phi)
+            cse_204 = (cse_203 * state_internal_gamma_rate)
+            cse_207 = (cse_161 * cse_204)
+            cse_208 = (cse_156 * cse_204)
+            cse_209 = (cse_144 * cse_204)
+            cse_122 = (cse_118 * cse_121)
+            cse_123 = (cse_122 - cse_118)
+            cse_124 = (cse_10 * cse_123 * cse_5 * cse_8)
             cse_25 = (cse_12 + cse_5)
             cse_26 = (-cse_25)
-            cse_134 = (-cse_132 + (cse_133 * cse_26))
-            cse_139 = ((cse_12 * cse_131) + (cse_12 * cse_133))
-            cse_140 = (-cse_139 + (cse_131 * cse_26))
-            cse_209 = (K2 - state_internal_phi)
-            cse_210 = (cse_209 * state_internal_gamma_rate)
-            cse_211 = (K1 * cse_210)
-            cse_212 = (cse_136 * ((cse_134 * cse_210) + (cse_140 * cse_211)))
-            cse_238 = (cse_132 + (cse_133 * cse_25))
-            cse_240 = (cse_139 + (cse_131 * cse_25))
-            cse_275 = (-cse_136 * ((cse_210 * cse_238) + (cse_211 * cse_240)))
-            cse_149 = (cse_148 + (cse_123 * cse_128 * cse_143))
-            cse_142 = (-cse_121 + (K1 * p_E * cse_0 * cse_4))
-            cse_150 = (cse_149 + (cse_142 * cse_144))
-            cse_151 = (-cse_150)
-            cse_152 = (cse_137 * cse_151)
-            cse_160 = (-cse_15 - cse_6 + (K1 * p_E * cse_1 * cse_4))
-            cse_161 = (cse_149 + (cse_144 * cse_160))
-            cse_162 = (-cse_161)
-            cse_163 = (cse_137 * cse_162)
-            cse_165 = (-cse_14 - cse_6 + (K1 * p_E * cse_2 * cse_4))
-            cse_166 = (cse_149 + (cse_144 * cse_165))
-            cse_167 = (-cse_166)
-            cse_168 = (cse_137 * cse_167)
-            cse_180 = (cse_12 * cse_166)
-            cse_181 = (cse_12 * cse_161)
-            cse_182 = (cse_180 + cse_181)
-            cse_183 = (cse_12 * cse_150)
-            cse_184 = (cse_180 + cse_183)
-            cse_185 = (cse_181 + cse_183)
-            cse_213 = (cse_167 * cse_210)
-            cse_214 = (cse_162 * cse_210)
-            cse_215 = (cse_151 * cse_210)
-            cse_138 = (K2 + (cse_134 * cse_137))
-            cse_141 = (cse_137 * cse_140)
-            cse_158 = (cse_120 * cse_146)
-            cse_169 = (cse_158 + (cse_118 * cse_165))
-            cse_216 = (cse_169 * state_internal_gamma_rate)
-            cse_164 = (cse_158 + (cse_118 * cse_160))
-            cse_217 = (cse_164 * state_internal_gamma_rate)
-            cse_159 = (cse_158 + (cse_118 * cse_142))
-            cse_218 = (cse_159 * state_internal_gamma_rate)
-            cse_219 = (cse_216 + cse_217 + cse_218)
-            cse_239 = (-cse_137 * cse_238)
-            cse_241 = (-cse_137 * cse_240)
-            cse_226 = (cse_12 * cse_169)
-            cse_227 = (cse_12 * cse_164)
-            cse_228 = (cse_226 + cse_227)
-            cse_229 = (cse_12 * cse_159)
-            cse_230 = (cse_226 + cse_229)
-            cse_231 = (cse_227 + cse_229)
-            cse_155 = (cse_137 * cse_145)
-            cse_156 = (cse_120 * cse_155)
-            cse_153 = tl.where(state_internal_phi > 0.0, 1.0, 0.0)
-            cse_154 = (p_q1 * cse_153)
-            cse_157 = (cse_154 * cse_156)
-            cse_207 = (cse_118 * cse_155 * cse_193)
-            cse_174 = (K8 * cse_143)
-            cse_175 = (cse_137 * cse_174)
-            cse_189 = (-cse_175 * cse_188)
-            cse_190 = (cse_175 * cse_187)
-            cse_191 = (-cse_18 * cse_190)
-            cse_192 = (-cse_190 * cse_20)
-            cse_176 = (cse_175 * state_S_3)
-            cse_178 = (cse_175 * state_S_4)
-            cse_179 = (cse_175 * state_S_5)
-            cse_171 = (cse_137 * cse_170)
-            cse_172 = (cse_171 * cse_5)
-            cse_173 = (K2 - cse_172)
-            cse_264 = (-cse_172)
-            cse_177 = (cse_136 * cse_170)
+            cse_125 = (cse_122 + (K2 * cse_118))
+            cse_126 = (-cse_124 + (cse_125 * cse_26))
+            cse_131 = ((cse_12 * cse_123) + (cse_12 * cse_125))
+            cse_132 = (-cse_131 + (cse_123 * cse_26))
+            cse_205 = (K2 * cse_204)
+            cse_206 = (cse_128 * ((cse_126 * cse_204) + (cse_132 * cse_205)))
+            cse_151 = (cse_138 * nx_3)
+            cse_152 = (p_q2 * cse_151)
+            cse_153 = (cse_152 + (cse_118 * cse_135))
+            cse_223 = (cse_12 * cse_153)
+            cse_163 = (cse_152 + (cse_118 * cse_159))
+            cse_220 = (cse_12 * cse_163)
+            cse_224 = (cse_220 + cse_223)
+            cse_158 = (cse_152 + (cse_118 * cse_154))
+            cse_221 = (cse_12 * cse_158)
+            cse_225 = (cse_221 + cse_223)
+            cse_222 = (cse_220 + cse_221)
+            cse_232 = (cse_124 + (cse_125 * cse_25))
+            cse_234 = (cse_131 + (cse_123 * cse_25))
+            cse_267 = (-cse_128 * ((cse_204 * cse_232) + (cse_205 * cse_234)))
+            cse_212 = (cse_153 * state_internal_gamma_rate)
+            cse_210 = (cse_163 * state_internal_gamma_rate)
+            cse_211 = (cse_158 * state_internal_gamma_rate)
+            cse_213 = (cse_210 + cse_211 + cse_212)
+            cse_148 = (p_q2 * cse_129 * nx_2)
+            cse_201 = (cse_118 * cse_141 * cse_148)
+            cse_130 = (K1 + (cse_126 * cse_129))
+            cse_133 = (cse_129 * cse_132)
+            cse_233 = (-cse_129 * cse_232)
+            cse_235 = (-cse_129 * cse_234)
+            cse_168 = (K8 * cse_136)
+            cse_169 = (cse_129 * cse_168)
+            cse_183 = (-cse_169 * cse_182)
+            cse_184 = (cse_169 * cse_181)
+            cse_185 = (-cse_18 * cse_184)
+            cse_186 = (-cse_184 * cse_20)
+            cse_170 = (cse_169 * state_S_3)
+            cse_172 = (cse_169 * state_S_4)
+            cse_173 = (cse_169 * state_S_5)
+            cse_165 = (cse_129 * cse_164)
+            cse_166 = (cse_165 * cse_5)
+            cse_167 = (K1 - cse_166)
+            cse_256 = (-cse_166)
+            cse_149 = (cse_148 * nx_3)
+            cse_146 = tl.where(state_internal_phi > 0.0, 1.0, 0.0)
+            cse_147 = (p_q1 * cse_146)
+            cse_150 = (cse_147 * cse_149)
+            cse_171 = (cse_128 * cse_164)
             # elimination lu1: 9x9, shared by the linear solves below, unrolled over structural nonzeros
-            lu1_1 = (p_K * cse_152)
-            lu1_2 = (cse_136 * cse_159)
-            lu1_3 = (p_K * cse_163)
-            lu1_4 = (cse_136 * cse_164)
-            lu1_5 = (p_K * cse_168)
-            lu1_6 = (cse_136 * cse_169)
-            lu1_7 = (-p_K * cse_176)
-            lu1_8 = (cse_177 * state_S_3)
-            lu1_9 = (-p_K * cse_178)
-            lu1_10 = (cse_177 * state_S_4)
-            lu1_11 = (-p_K * cse_179)
-            lu1_12 = (cse_177 * state_S_5)
-            lu1_13 = (cse_137 * (-cse_182 + (cse_150 * cse_26)))
-            lu1_14 = (cse_137 * (-cse_184 + (cse_161 * cse_26)))
-            lu1_15 = (cse_137 * (-cse_185 + (cse_166 * cse_26)))
-            lu1_16 = (K2 + (p_K * cse_206))
-            lu1_17 = (cse_154 * cse_207)
-            lu1_18 = (cse_136 * cse_208)
-            lu1_19 = (cse_136 * ((p_K * cse_213) + (p_K * cse_214) + (p_K * cse_215)))
-            lu1_20 = (K2 + (cse_136 * (-cse_219 + (K6 * p_q1 * p_q2 * cse_119 * cse_145 * cse_153 * cse_209 * state_internal_gamma_rate))))
-            lu1_21 = (cse_136 * ((cse_159 * cse_209) + (cse_164 * cse_209) + (cse_169 * cse_209)))
-            lu1_22 = (cse_225 * (-cse_228 + (cse_159 * cse_26)))
-            lu1_23 = (cse_225 * (-cse_230 + (cse_164 * cse_26)))
-            lu1_24 = (cse_225 * (-cse_231 + (cse_169 * cse_26)))
-            lu1_25 = (p_K * cse_237)
-            lu1_26 = (cse_225 * ((cse_154 * cse_223) - (K1 * p_q3 * state_internal_phi)))
-            lu1_27 = (cse_222 * cse_224)
+            lu1_1 = (p_K * cse_145)
+            lu1_2 = (cse_128 * cse_153)
+            lu1_3 = (p_K * cse_157)
+            lu1_4 = (cse_128 * cse_158)
+            lu1_5 = (p_K * cse_162)
+            lu1_6 = (cse_128 * cse_163)
+            lu1_7 = (-p_K * cse_170)
+            lu1_8 = (cse_171 * state_S_3)
+            lu1_9 = (-p_K * cse_172)
+            lu1_10 = (cse_171 * state_S_4)
+            lu1_11 = (-p_K * cse_173)
+            lu1_12 = (cse_171 * state_S_5)
+            lu1_13 = (cse_129 * (-cse_176 + (cse_143 * cse_26)))
+            lu1_14 = (cse_129 * (-cse_178 + (cse_155 * cse_26)))
+            lu1_15 = (cse_129 * (-cse_179 + (cse_160 * cse_26)))
+            lu1_16 = (K1 + (p_K * cse_200))
+            lu1_17 = (cse_147 * cse_201)
+            lu1_18 = (cse_128 * cse_202)
+            lu1_19 = (cse_128 * ((p_K * cse_207) + (p_K * cse_208) + (p_K * cse_209)))
+            lu1_20 = (K1 + (cse_128 * (-cse_213 + (K3 * p_q1 * p_q2 * cse_146 * cse_203 * nx_2 * nx_3 * state_internal_gamma_rate))))
+            lu1_21 = (cse_128 * ((cse_153 * cse_203) + (cse_158 * cse_203) + (cse_163 * cse_203)))
+            lu1_22 = (cse_219 * (-cse_222 + (cse_153 * cse_26)))
+            lu1_23 = (cse_219 * (-cse_224 + (cse_158 * cse_26)))
+            lu1_24 = (cse_219 * (-cse_225 + (cse_163 * cse_26)))
+            lu1_25 = (p_K * cse_231)
+            lu1_26 = (cse_219 * ((cse_147 * cse_214) - (K2 * p_q3 * state_internal_phi)))
+            lu1_27 = (cse_217 * cse_218)
             lu1_lu = _triton_lu1(
-                cse_138, cse_141, cse_141, lu1_1, cse_157, lu1_2, cse_141, cse_138, cse_141, lu1_3, cse_157,
-                lu1_4, cse_141, cse_141, cse_138, lu1_5, cse_157, lu1_6, cse_173, lu1_7, lu1_8, cse_173, lu1_9,
-                lu1_10, cse_173, lu1_11, lu1_12, lu1_13, lu1_14, lu1_15, cse_189, cse_191, cse_192, lu1_16,
-                lu1_17, lu1_18, cse_212, cse_212, cse_212, lu1_19, lu1_20, lu1_21, lu1_22, lu1_23, lu1_24,
-                cse_233, cse_235, cse_236, lu1_25, lu1_26, lu1_27, DTYPE)
+                cse_130, cse_133, cse_133, lu1_1, cse_150, lu1_2, cse_133, cse_130, cse_133, lu1_3, cse_150,
+                lu1_4, cse_133, cse_133, cse_130, lu1_5, cse_150, lu1_6, cse_167, lu1_7, lu1_8, cse_167, lu1_9,
+                lu1_10, cse_167, lu1_11, lu1_12, lu1_13, lu1_14, lu1_15, cse_183, cse_185, cse_186, lu1_16,
+                lu1_17, lu1_18, cse_206, cse_206, cse_206, lu1_19, lu1_20, lu1_21, lu1_22, lu1_23, lu1_24,
+                cse_227, cse_229, cse_230, lu1_25, lu1_26, lu1_27, DTYPE)
             # linear solve 1: 9x9, 6 right-hand side(s) through elimination lu1
-            ls1_28 = (-cse_137 * (cse_182 + (cse_150 * cse_25)))
-            ls1_29 = (-cse_225 * (cse_228 + (cse_159 * cse_25)))
+            ls1_28 = (-cse_129 * (cse_176 + (cse_143 * cse_25)))
+            ls1_29 = (-cse_219 * (cse_222 + (cse_153 * cse_25)))
             (ls1_30, ls1_31, ls1_32, ls1_36, ls1_37, ls1_38) = _triton_lu1_forward2(
-                lu1_lu, cse_239, cse_241, cse_241, ls1_28, cse_275, ls1_29, DTYPE)
-            ls1_39 = (-cse_137 * (cse_184 + (cse_161 * cse_25)))
-            ls1_40 = (-cse_225 * (cse_230 + (cse_164 * cse_25)))
+                lu1_lu, cse_233, cse_235, cse_235, ls1_28, cse_267, ls1_29, DTYPE)
+            ls1_39 = (-cse_129 * (cse_178 + (cse_155 * cse_25)))
+            ls1_40 = (-cse_219 * (cse_224 + (cse_158 * cse_25)))
             (ls1_41, ls1_42, ls1_43, ls1_47, ls1_48, ls1_49) = _triton_lu1_forward2(
-                lu1_lu, cse_241, cse_239, cse_241, ls1_39, cse_275, ls1_40, DTYPE)
-            ls1_50 = (-cse_137 * (cse_185 + (cse_166 * cse_25)))
-            ls1_51 = (-cse_225 * (cse_231 + (cse_169 * cse_25)))
+                lu1_lu, cse_235, cse_233, cse_235, ls1_39, cse_267, ls1_40, DTYPE)
+            ls1_50 = (-cse_129 * (cse_179 + (cse_160 * cse_25)))
+            ls1_51 = (-cse_219 * (cse_225 + (cse_163 * cse_25)))
             (ls1_52, ls1_53, ls1_54, ls1_58, ls1_59, ls1_60) = _triton_lu1_forward2(
-                lu1_lu, cse_241, cse_241, cse_239, ls1_50, cse_275, ls1_51, DTYPE)
-            ls1_64, ls1_67, ls1_68, ls1_69 = _triton_lu1_forward3(lu1_lu, cse_264, cse_189, cse_233, DTYPE)
-            ls1_74, ls1_76, ls1_77, ls1_78 = _triton_lu1_forward4(lu1_lu, cse_264, cse_191, cse_235, DTYPE)
-            ls1_84, ls1_85, ls1_86, ls1_87 = _triton_lu1_forward5(lu1_lu, cse_264, cse_192, cse_236, DTYPE)
+                lu1_lu, cse_235, cse_235, cse_233, ls1_50, cse_267, ls1_51, DTYPE)
+            ls1_64, ls1_67, ls1_68, ls1_69 = _triton_lu1_forward3(lu1_lu, cse_256, cse_183, cse_227, DTYPE)
+            ls1_74, ls1_76, ls1_77, ls1_78 = _triton_lu1_forward4(lu1_lu, cse_256, cse_185, cse_229, DTYPE)
+            ls1_84, ls1_85, ls1_86, ls1_87 = _triton_lu1_forward5(lu1_lu, cse_256, cse_186, cse_230, DTYPE)
             (d1, d2, d3, d4, d5, d6, d7, d8, d9) = _triton_lu1_back2(
                 lu1_lu, ls1_30, ls1_31, ls1_32, ls1_36, ls1_37, ls1_38, DTYPE)
             (d10, d11, d12, d13, d14, d15, d16, d17, d18) = _triton_lu1_back2(
@@ -2502,30 +2546,30 @@ if triton is not None:
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
             tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), d87, K0), tl.where((gtn_return_map_converged & fin), d88, K0), tl.where((gtn_return_map_converged & fin), d89, K0), tl.where((gtn_return_map_converged & fin), d90, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 12:  # jacobian, total
-            cse_265 = (cse_170 * state_internal_gamma_rate)
-            cse_266 = (cse_265 * state_S_3)
-            cse_267 = (cse_265 * state_S_4)
-            cse_268 = (cse_265 * state_S_5)
-            cse_269 = (cse_208 * state_internal_gamma_rate)
-            cse_276 = (cse_209 * cse_219)
-            cse_278 = (cse_221 * cse_224 * state_internal_gamma_rate)
-            cse_279 = (p_E * cse_278)
+            cse_257 = (cse_164 * state_internal_gamma_rate)
+            cse_258 = (cse_257 * state_S_3)
+            cse_259 = (cse_257 * state_S_4)
+            cse_260 = (cse_257 * state_S_5)
+            cse_261 = (cse_202 * state_internal_gamma_rate)
+            cse_268 = (cse_203 * cse_213)
+            cse_270 = (cse_216 * cse_218 * state_internal_gamma_rate)
+            cse_271 = (p_E * cse_270)
             # linear solve 2: 9x9, 10 right-hand side(s) through elimination lu1
-            ls2_88 = (-cse_279)
+            ls2_88 = (-cse_271)
             (ls2_89, ls2_90, ls2_91, ls2_92, ls2_93, ls2_94, ls2_95, ls2_96, ls2_97) = _triton_lu1_forward1(
-                lu1_lu, cse_218, cse_217, cse_216, cse_266, cse_267, cse_268, cse_269, cse_276, ls2_88, DTYPE)
-            ls2_98 = (-cse_218)
-            ls2_99 = (-cse_217)
-            ls2_100 = (-cse_216)
-            ls2_101 = (-cse_266)
-            ls2_102 = (-cse_267)
-            ls2_103 = (-cse_268)
-            ls2_104 = (-cse_269)
-            ls2_105 = (-cse_276)
+                lu1_lu, cse_212, cse_211, cse_210, cse_258, cse_259, cse_260, cse_261, cse_268, ls2_88, DTYPE)
+            ls2_98 = (-cse_212)
+            ls2_99 = (-cse_211)
+            ls2_100 = (-cse_210)
+            ls2_101 = (-cse_258)
+            ls2_102 = (-cse_259)
+            ls2_103 = (-cse_260)
+            ls2_104 = (-cse_261)
+            ls2_105 = (-cse_268)
             (
                 ls2_106, ls2_107, ls2_108, ls2_109, ls2_110, ls2_111, ls2_112, ls2_113, ls2_114,
             ) = _triton_lu1_forward1(
-                lu1_lu, ls2_98, ls2_99, ls2_100, ls2_101, ls2_102, ls2_103, ls2_104, ls2_105, cse_279, DTYPE)
+                lu1_lu, ls2_98, ls2_99, ls2_100, ls2_101, ls2_102, ls2_103, ls2_104, ls2_105, cse_271, DTYPE)
             ls2_116, ls2_117, ls2_121, ls2_122, ls2_123 = _triton_lu1_forward6(lu1_lu, DTYPE)
             ls2_126, ls2_130, ls2_131, ls2_132 = _triton_lu1_forward7(lu1_lu, DTYPE)
             ls2_139, ls2_140, ls2_141 = _triton_lu1_forward8(lu1_lu, DTYPE)
@@ -2665,98 +2709,96 @@ if triton is not None:
             cse_99 = (cse_16 * cse_87)
             cse_100 = (cse_18 * cse_87)
             cse_101 = (cse_20 * cse_87)
-            cse_242 = (cse_131 * cse_80)
-            cse_243 = (cse_131 * cse_81)
-            cse_244 = (cse_242 + cse_243 + (cse_133 * cse_78))
-            cse_245 = (cse_91 - (p_E * cse_10 * cse_4 * cse_7) - (K1 * p_E * p_nu * cse_4 * cse_7 * cse_93))
-            cse_246 = (-cse_245 - cse_97)
-            cse_247 = (cse_131 * cse_246)
-            cse_248 = (-cse_245 - cse_98)
-            cse_249 = (cse_131 * cse_248)
-            cse_250 = (-cse_245 - cse_88)
-            cse_251 = (cse_247 + cse_249 + (cse_133 * cse_250))
-            cse_252 = (cse_126 * cse_156)
-            cse_253 = (-cse_252)
-            cse_254 = (cse_119 * cse_146)
-            cse_255 = (p_q2 * cse_125 * cse_127)
-            cse_256 = (cse_137 * (cse_254 + (cse_118 * cse_123 * cse_255)))
-            cse_257 = (-cse_256)
-            cse_258 = (cse_131 * cse_78)
-            cse_259 = (cse_243 + cse_258 + (cse_133 * cse_80))
-            cse_260 = (cse_131 * cse_250)
-            cse_261 = (cse_249 + cse_260 + (cse_133 * cse_246))
-            cse_262 = (cse_242 + cse_258 + (cse_133 * cse_81))
-            cse_263 = (cse_247 + cse_260 + (cse_133 * cse_248))
-            cse_270 = (cse_196 * cse_87)
-            cse_271 = (cse_174 * cse_87)
-            cse_272 = (cse_4 * cse_4 * cse_4)
-            cse_273 = (cse_174 * cse_272)
-            cse_274 = (cse_186 * cse_273)
-            cse_277 = (K6 * cse_209)
-            cse_280 = (cse_170 * cse_87)
-            cse_281 = (cse_170 * cse_272)
-            cse_282 = (cse_186 * cse_281)
+            cse_236 = (cse_123 * cse_80)
+            cse_237 = (cse_123 * cse_81)
+            cse_238 = (cse_236 + cse_237 + (cse_125 * cse_78))
+            cse_239 = (cse_91 - (p_E * cse_10 * cse_4 * cse_7) - (K2 * p_E * p_nu * cse_4 * cse_7 * cse_93))
+            cse_240 = (-cse_239 - cse_97)
+            cse_241 = (cse_123 * cse_240)
+            cse_242 = (-cse_239 - cse_98)
+            cse_243 = (cse_123 * cse_242)
+            cse_244 = (-cse_239 - cse_88)
+            cse_245 = (cse_241 + cse_243 + (cse_125 * cse_244))
+            cse_246 = (cse_149 * nx_1)
+            cse_247 = (-cse_246)
+            cse_248 = (cse_129 * (cse_151 + (cse_118 * cse_120 * cse_187)))
+            cse_249 = (-cse_248)
+            cse_250 = (cse_123 * cse_78)
+            cse_251 = (cse_237 + cse_250 + (cse_125 * cse_80))
+            cse_252 = (cse_123 * cse_244)
+            cse_253 = (cse_243 + cse_252 + (cse_125 * cse_240))
+            cse_254 = (cse_236 + cse_250 + (cse_125 * cse_81))
+            cse_255 = (cse_241 + cse_252 + (cse_125 * cse_242))
+            cse_262 = (cse_190 * cse_87)
+            cse_263 = (cse_168 * cse_87)
+            cse_264 = (cse_4 * cse_4 * cse_4)
+            cse_265 = (cse_168 * cse_264)
+            cse_266 = (cse_180 * cse_265)
+            cse_269 = (K3 * cse_203)
+            cse_272 = (cse_164 * cse_87)
+            cse_273 = (cse_164 * cse_264)
+            cse_274 = (cse_180 * cse_273)
             # linear solve 3: 9x9, 7 right-hand side(s) through elimination lu1
-            ls3_187 = (-cse_137 * cse_244)
-            ls3_188 = (-cse_137 * cse_259)
-            ls3_189 = (-cse_137 * cse_262)
-            ls3_190 = (-cse_171 * cse_82)
-            ls3_191 = (-cse_171 * cse_83)
-            ls3_192 = (-cse_171 * cse_84)
-            ls3_193 = (-cse_137 * ((cse_150 * cse_78) + (cse_161 * cse_80) + (cse_166 * cse_81) + (cse_174 * cse_270) + (cse_199 * cse_271) + (cse_201 * cse_271)))
-            ls3_194 = (-cse_136 * ((cse_210 * cse_244) + (cse_210 * cse_259) + (cse_210 * cse_262)))
-            ls3_195 = (-(cse_135 * cse_278) - (cse_225 * ((cse_159 * cse_78) + (cse_164 * cse_80) + (cse_169 * cse_81) + (cse_170 * cse_270) + (cse_199 * cse_280) + (cse_201 * cse_280))))
+            ls3_187 = (-cse_129 * cse_238)
+            ls3_188 = (-cse_129 * cse_251)
+            ls3_189 = (-cse_129 * cse_254)
+            ls3_190 = (-cse_165 * cse_82)
+            ls3_191 = (-cse_165 * cse_83)
+            ls3_192 = (-cse_165 * cse_84)
+            ls3_193 = (-cse_129 * ((cse_143 * cse_78) + (cse_155 * cse_80) + (cse_160 * cse_81) + (cse_168 * cse_262) + (cse_193 * cse_263) + (cse_195 * cse_263)))
+            ls3_194 = (-cse_128 * ((cse_204 * cse_238) + (cse_204 * cse_251) + (cse_204 * cse_254)))
+            ls3_195 = (-(cse_127 * cse_270) - (cse_219 * ((cse_153 * cse_78) + (cse_158 * cse_80) + (cse_163 * cse_81) + (cse_164 * cse_262) + (cse_193 * cse_272) + (cse_195 * cse_272))))
             (
                 ls3_196, ls3_197, ls3_198, ls3_199, ls3_200, ls3_201, ls3_202, ls3_203, ls3_204,
             ) = _triton_lu1_forward1(
                 lu1_lu, ls3_187, ls3_188, ls3_189, ls3_190, ls3_191, ls3_192, ls3_193, ls3_194, ls3_195, DTYPE)
-            ls3_205 = (-cse_137 * cse_251)
-            ls3_206 = (-cse_137 * cse_261)
-            ls3_207 = (-cse_137 * cse_263)
-            ls3_208 = (cse_171 * cse_99)
-            ls3_209 = (cse_100 * cse_171)
-            ls3_210 = (cse_101 * cse_171)
-            ls3_211 = (-cse_137 * ((cse_150 * cse_250) + (cse_161 * cse_246) + (cse_166 * cse_248) - (cse_197 * cse_273) - (cse_199 * cse_274) - (cse_201 * cse_274)))
-            ls3_212 = (-cse_136 * ((cse_210 * cse_251) + (cse_210 * cse_261) + (cse_210 * cse_263)))
-            ls3_213 = (-cse_225 * ((cse_159 * cse_250) + (cse_164 * cse_246) + (cse_169 * cse_248) - (cse_197 * cse_281) - (cse_199 * cse_282) - (cse_201 * cse_282)))
+            ls3_205 = (-cse_129 * cse_245)
+            ls3_206 = (-cse_129 * cse_253)
+            ls3_207 = (-cse_129 * cse_255)
+            ls3_208 = (cse_165 * cse_99)
+            ls3_209 = (cse_100 * cse_165)
+            ls3_210 = (cse_101 * cse_165)
+            ls3_211 = (-cse_129 * ((cse_143 * cse_244) + (cse_155 * cse_240) + (cse_160 * cse_242) - (cse_191 * cse_265) - (cse_193 * cse_266) - (cse_195 * cse_266)))
+            ls3_212 = (-cse_128 * ((cse_204 * cse_245) + (cse_204 * cse_253) + (cse_204 * cse_255)))
+            ls3_213 = (-cse_219 * ((cse_153 * cse_244) + (cse_158 * cse_240) + (cse_163 * cse_242) - (cse_191 * cse_273) - (cse_193 * cse_274) - (cse_195 * cse_274)))
             (
                 ls3_214, ls3_215, ls3_216, ls3_217, ls3_218, ls3_219, ls3_220, ls3_221, ls3_222,
             ) = _triton_lu1_forward1(
                 lu1_lu, ls3_205, ls3_206, ls3_207, ls3_208, ls3_209, ls3_210, ls3_211, ls3_212, ls3_213, DTYPE)
-            ls3_223 = (-cse_152 * state_internal_ep)
-            ls3_224 = (-cse_163 * state_internal_ep)
-            ls3_225 = (-cse_168 * state_internal_ep)
-            ls3_226 = (cse_176 * state_internal_ep)
-            ls3_227 = (cse_178 * state_internal_ep)
-            ls3_228 = (cse_179 * state_internal_ep)
-            ls3_229 = (-cse_206 * state_internal_ep)
-            ls3_230 = (-cse_136 * ((cse_213 * state_internal_ep) + (cse_214 * state_internal_ep) + (cse_215 * state_internal_ep)))
-            ls3_231 = (-cse_237 * state_internal_ep)
+            ls3_223 = (-cse_145 * state_internal_ep)
+            ls3_224 = (-cse_157 * state_internal_ep)
+            ls3_225 = (-cse_162 * state_internal_ep)
+            ls3_226 = (cse_170 * state_internal_ep)
+            ls3_227 = (cse_172 * state_internal_ep)
+            ls3_228 = (cse_173 * state_internal_ep)
+            ls3_229 = (-cse_200 * state_internal_ep)
+            ls3_230 = (-cse_128 * ((cse_207 * state_internal_ep) + (cse_208 * state_internal_ep) + (cse_209 * state_internal_ep)))
+            ls3_231 = (-cse_231 * state_internal_ep)
             (
                 ls3_232, ls3_233, ls3_234, ls3_235, ls3_236, ls3_237, ls3_238, ls3_239, ls3_240,
             ) = _triton_lu1_forward1(
                 lu1_lu, ls3_223, ls3_224, ls3_225, ls3_226, ls3_227, ls3_228, ls3_229, ls3_230, ls3_231, DTYPE)
-            ls3_241 = (-cse_152)
-            ls3_242 = (-cse_163)
-            ls3_243 = (-cse_168)
-            ls3_244 = (-cse_206)
-            ls3_245 = (-cse_136 * (cse_213 + cse_214 + cse_215))
-            ls3_246 = (-cse_237 + (K1 * p_E * cse_135 * cse_224 * state_internal_gamma_rate / (p_sigma_y * p_sigma_y * p_sigma_y)))
+            ls3_241 = (-cse_145)
+            ls3_242 = (-cse_157)
+            ls3_243 = (-cse_162)
+            ls3_244 = (-cse_200)
+            ls3_245 = (-cse_128 * (cse_207 + cse_208 + cse_209))
+            ls3_246 = (-cse_231 + (K2 * p_E * cse_127 * cse_218 * state_internal_gamma_rate / (p_sigma_y * p_sigma_y * p_sigma_y)))
             (
                 ls3_247, ls3_248, ls3_249, ls3_250, ls3_251, ls3_252, ls3_253, ls3_254, ls3_255,
             ) = _triton_lu1_forward1(
-                lu1_lu, ls3_241, ls3_242, ls3_243, cse_176, cse_178, cse_179, ls3_244, ls3_245, ls3_246, DTYPE)
-            ls3_256 = (-cse_126 * cse_207)
-            ls3_257 = (-cse_252 * cse_277)
-            ls3_258 = (-cse_126 * cse_223 * cse_225)
+                lu1_lu, ls3_241, ls3_242, ls3_243, cse_170, cse_172, cse_173, ls3_244, ls3_245, ls3_246, DTYPE)
+            ls3_256 = (-cse_201 * nx_1)
+            ls3_257 = (-cse_246 * cse_269)
+            ls3_258 = (-cse_214 * cse_219 * nx_1)
             (ls3_259, ls3_260, ls3_261, ls3_265, ls3_266, ls3_267) = _triton_lu1_forward2(
-                lu1_lu, cse_253, cse_253, cse_253, ls3_256, ls3_257, ls3_258, DTYPE)
-            ls3_268 = (-cse_137 * ((cse_122 * cse_147) + (K7 * cse_143 * cse_195 * cse_255)))
-            ls3_269 = (-cse_256 * cse_277)
-            ls3_270 = (-cse_122 * cse_225 * cse_254)
+                lu1_lu, cse_247, cse_247, cse_247, ls3_256, ls3_257, ls3_258, DTYPE)
+            ls3_268 = (-cse_129 * ((cse_139 * cse_141) + (p_q2 * cse_120 * cse_136 * cse_189)))
+            ls3_269 = (-cse_248 * cse_269)
+            ls3_270 = (-cse_141 * cse_151 * cse_219)
             (ls3_271, ls3_272, ls3_273, ls3_277, ls3_278, ls3_279) = _triton_lu1_forward2(
-                lu1_lu, cse_257, cse_257, cse_257, ls3_268, ls3_269, ls3_270, DTYPE)
-            ls3_280 = (cse_220 * cse_225)
+                lu1_lu, cse_249, cse_249, cse_249, ls3_268, ls3_269, ls3_270, DTYPE)
+            ls3_280 = (cse_215 * cse_219)
             ls3_289 = _triton_lu1_forward14(lu1_lu, ls3_280, DTYPE)
             (d241, d242, d243, d244, d245, d246, d247, d248, d249) = _triton_lu1_back1(
                 lu1_lu, ls3_196, ls3_197, ls3_198, ls3_199, ls3_200, ls3_201, ls3_202, ls3_203, ls3_204, DTYPE)
@@ -3016,20 +3058,21 @@ MC_INLINE void newton_1_iterate(
     real *restrict v_state_internal_ep, real *restrict v_state_internal_phi,
     real *restrict v_state_internal_gamma_rate, int *restrict v_gtn_return_map_converged,
     int *restrict v_gtn_return_map_iterations, real *restrict v_gtn_return_map_residual_norm,
+    real *restrict v_nx_0, real *restrict v_nx_1, real *restrict v_nx_2, real *restrict v_nx_3,
     const mc_args *restrict a, const int V) {
     real mc_A[81 * MC_W], mc_B[9 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
     real
         v_ncse_3[MC_W], v_ncse_7[MC_W], v_ncse_8[MC_W], v_ncse_16[MC_W], v_ncse_17[MC_W],
-        v_ncse_18[MC_W], v_ncse_19[MC_W], v_ncse_48[MC_W], v_ncse_49[MC_W], v_ncse_62[MC_W],
-        v_ncse_63[MC_W], v_ncse_70[MC_W], v_ncse_73[MC_W], v_ncse_121[MC_W], v_ncse_123[MC_W],
-        v_ncse_134[MC_W], v_ncse_150[MC_W], v_ncse_13[MC_W], v_ncse_5[MC_W], v_ncse_12[MC_W],
-        v_ncse_14[MC_W], v_ncse_21[MC_W], v_ncse_22[MC_W], v_ncse_24[MC_W], v_ncse_25[MC_W],
-        v_ncse_28[MC_W], v_ncse_30[MC_W], v_ncse_31[MC_W], v_ncse_33[MC_W], v_ncse_34[MC_W],
-        v_ncse_37[MC_W], v_ncse_39[MC_W], v_ncse_40[MC_W], v_ncse_43[MC_W], v_ncse_45[MC_W],
-        v_ncse_46[MC_W], v_ncse_47[MC_W], v_ncse_53[MC_W], v_ncse_54[MC_W], v_ncse_55[MC_W],
-        v_ncse_56[MC_W], v_ncse_57[MC_W], v_ncse_58[MC_W], v_ncse_59[MC_W], v_ncse_60[MC_W],
-        v_ncse_61[MC_W], v_ncse_64[MC_W], v_ncse_65[MC_W], v_ncse_100[MC_W], v_nt1_r_0[MC_W],
+        v_ncse_18[MC_W], v_ncse_19[MC_W], v_ncse_49[MC_W], v_ncse_50[MC_W], v_ncse_63[MC_W],
+        v_ncse_64[MC_W], v_ncse_71[MC_W], v_ncse_74[MC_W], v_ncse_122[MC_W], v_ncse_124[MC_W],
+        v_ncse_135[MC_W], v_ncse_151[MC_W], v_ncse_13[MC_W], v_ncse_5[MC_W], v_ncse_12[MC_W],
+        v_ncse_14[MC_W], v_ncse_21[MC_W], v_ncse_22[MC_W], v_ncse_24[MC_W], v_ncse_26[MC_W],
+        v_ncse_29[MC_W], v_ncse_31[MC_W], v_ncse_32[MC_W], v_ncse_34[MC_W], v_ncse_35[MC_W],
+        v_ncse_38[MC_W], v_ncse_40[MC_W], v_ncse_41[MC_W], v_ncse_44[MC_W], v_ncse_46[MC_W],
+        v_ncse_47[MC_W], v_ncse_48[MC_W], v_ncse_54[MC_W], v_ncse_55[MC_W], v_ncse_56[MC_W],
+        v_ncse_57[MC_W], v_ncse_58[MC_W], v_ncse_59[MC_W], v_ncse_60[MC_W], v_ncse_61[MC_W],
+        v_ncse_62[MC_W], v_ncse_65[MC_W], v_ncse_66[MC_W], v_ncse_101[MC_W], v_nt1_r_0[MC_W],
         v_nt1_r_1[MC_W], v_nt1_r_2[MC_W], v_nt1_r_3[MC_W], v_nt1_r_4[MC_W], v_nt1_r_5[MC_W],
         v_nt1_r_6[MC_W], v_nt1_r_7[MC_W], v_nt1_r_8[MC_W];
     MC_SIMD MC_LANES {
@@ -3063,17 +3106,17 @@ MC_INLINE void newton_1_iterate(
         const real ncse_17 = (((real)1.0) / (((real)1.0) - ncse_16));
         const real ncse_18 = (ncse_17 * ncse_8);
         const real ncse_19 = (p_nu * ncse_18);
-        const real ncse_48 = ((p_E * p_E) * (ncse_7 * ncse_7));
-        const real ncse_49 = (((real)1.5) * ncse_48);
-        const real ncse_62 = (((real)1.0) / (p_sigma_y * p_sigma_y));
-        const real ncse_63 = (p_E * ncse_62);
-        const real ncse_70 = (-ncse_19 - ncse_8);
-        const real ncse_73 = (-ncse_3);
-        const real ncse_121 = fabs(p_E);
-        const real ncse_122 = fabs(ncse_7);
-        const real ncse_123 = (ncse_121 * ncse_122);
-        const real ncse_134 = fabs(ncse_3);
-        const real ncse_150 = (((real)1.5) * (ncse_121 * ncse_121) * (ncse_122 * ncse_122));
+        const real ncse_49 = ((p_E * p_E) * (ncse_7 * ncse_7));
+        const real ncse_50 = (((real)1.5) * ncse_49);
+        const real ncse_63 = (((real)1.0) / (p_sigma_y * p_sigma_y));
+        const real ncse_64 = (p_E * ncse_63);
+        const real ncse_71 = (-ncse_19 - ncse_8);
+        const real ncse_74 = (-ncse_3);
+        const real ncse_122 = fabs(p_E);
+        const real ncse_123 = fabs(ncse_7);
+        const real ncse_124 = (ncse_122 * ncse_123);
+        const real ncse_135 = fabs(ncse_3);
+        const real ncse_151 = (((real)1.5) * (ncse_122 * ncse_122) * (ncse_123 * ncse_123));
         v_gtn_return_map_converged[l] = (V & 1) && !mc_redo[l] ? v_gtn_return_map_converged[l] : 0;
         v_gtn_return_map_iterations[l] = (V & 1) && !mc_redo[l] ? v_gtn_return_map_iterations[l] : 0;
         mc_act[l] = (V & 1) ? mc_redo[l] : 1;
@@ -3093,16 +3136,16 @@ MC_INLINE void newton_1_iterate(
         v_ncse_17[l] = ncse_17;
         v_ncse_18[l] = ncse_18;
         v_ncse_19[l] = ncse_19;
-        v_ncse_48[l] = ncse_48;
         v_ncse_49[l] = ncse_49;
-        v_ncse_62[l] = ncse_62;
+        v_ncse_50[l] = ncse_50;
         v_ncse_63[l] = ncse_63;
-        v_ncse_70[l] = ncse_70;
-        v_ncse_73[l] = ncse_73;
-        v_ncse_121[l] = ncse_121;
-        v_ncse_123[l] = ncse_123;
-        v_ncse_134[l] = ncse_134;
-        v_ncse_150[l] = ncse_150;
+        v_ncse_64[l] = ncse_64;
+        v_ncse_71[l] = ncse_71;
+        v_ncse_74[l] = ncse_74;
+        v_ncse_122[l] = ncse_122;
+        v_ncse_124[l] = ncse_124;
+        v_ncse_135[l] = ncse_135;
+        v_ncse_151[l] = ncse_151;
     }
     const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
     const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
@@ -3124,8 +3167,8 @@ MC_INLINE void newton_1_iterate(
         const real ncse_7 = v_ncse_7[l];
         const real p_q2 = MC_P(6, v_p_q2[l]);
         const real ncse_19 = v_ncse_19[l];
-        const real p_q1 = MC_P(5, v_p_q1[l]);
         const real state_internal_phi = v_state_internal_phi[l];
+        const real p_q1 = MC_P(5, v_p_q1[l]);
         const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
         const real state_internal_Ep_3 = v_state_internal_Ep_3[l];
         const real forces_E_3 = v_forces_E_3[l];
@@ -3134,24 +3177,24 @@ MC_INLINE void newton_1_iterate(
         const real forces_E_4 = v_forces_E_4[l];
         const real state_internal_Ep_5 = v_state_internal_Ep_5[l];
         const real forces_E_5 = v_forces_E_5[l];
-        const real ncse_49 = v_ncse_49[l];
+        const real ncse_50 = v_ncse_50[l];
         const real p_q3 = MC_P(7, v_p_q3[l]);
-        const real ncse_63 = v_ncse_63[l];
-        const real ncse_123 = v_ncse_123[l];
+        const real ncse_64 = v_ncse_64[l];
+        const real ncse_124 = v_ncse_124[l];
         const real p_nu = MC_P(2, v_p_nu[l]);
         const real ncse_17 = v_ncse_17[l];
-        const real ncse_134 = v_ncse_134[l];
+        const real ncse_135 = v_ncse_135[l];
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
         const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
         const real old_state_internal_Ep_3 = v_old_state_internal_Ep_3[l];
         const real old_state_internal_Ep_4 = v_old_state_internal_Ep_4[l];
         const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
-        const real ncse_150 = v_ncse_150[l];
+        const real ncse_151 = v_ncse_151[l];
         const real old_state_internal_ep = v_old_state_internal_ep[l];
         const real old_state_internal_phi = v_old_state_internal_phi[l];
-        const real ncse_121 = v_ncse_121[l];
-        const real ncse_62 = v_ncse_62[l];
+        const real ncse_122 = v_ncse_122[l];
+        const real ncse_63 = v_ncse_63[l];
         const real ncse_0 = (forces_E_0 - state_internal_Ep_0);
         const real ncse_1 = (forces_E_1 - state_internal_Ep_1);
         const real ncse_2 = (forces_E_2 - state_internal_Ep_2);
@@ -3169,113 +3212,118 @@ MC_INLINE void newton_1_iterate(
         const real ncse_22 = (((real)0.5) * ncse_21);
         const real ncse_23 = (ncse_14 * ncse_22);
         const real ncse_24 = mc_sinh(ncse_23);
-        const real ncse_25 = (p_q1 * mc_pos(state_internal_phi));
-        const real ncse_26 = (ncse_24 * ncse_25);
-        const real ncse_27 = (ncse_14 * ncse_26);
-        const real ncse_28 = (ncse_27 + (ncse_12 * ncse_5));
-        const real ncse_29 = (ncse_28 * state_internal_gamma_rate);
-        const real ncse_30 = (-ncse_10 - ncse_15 + (((real)2.0) * p_E * ncse_1 * ncse_7));
-        const real ncse_31 = (ncse_27 + (ncse_30 * ncse_5));
-        const real ncse_32 = (ncse_31 * state_internal_gamma_rate);
-        const real ncse_33 = (-ncse_15 - ncse_9 + (((real)2.0) * p_E * ncse_2 * ncse_7));
-        const real ncse_34 = (ncse_27 + (ncse_33 * ncse_5));
-        const real ncse_35 = (ncse_34 * state_internal_gamma_rate);
-        const real ncse_36 = (-state_internal_Ep_3);
-        const real ncse_37 = (forces_E_3 + ncse_36);
-        const real ncse_38 = (ncse_3 * state_internal_gamma_rate);
-        const real ncse_39 = (((real)3.0) * ncse_5);
-        const real ncse_40 = (ncse_39 * ncse_8);
-        const real ncse_41 = (ncse_38 * ncse_40);
-        const real ncse_42 = (-state_internal_Ep_4);
-        const real ncse_43 = (forces_E_4 + ncse_42);
-        const real ncse_44 = (-state_internal_Ep_5);
-        const real ncse_45 = (forces_E_5 + ncse_44);
-        const real ncse_46 = (p_q2 * ncse_26);
-        const real ncse_47 = (ncse_46 * ncse_5);
-        const real ncse_50 = (((real)0.3333333333333333) * ncse_15);
-        const real ncse_51 = (((real)0.3333333333333333) * ncse_9);
-        const real ncse_52 = (((real)0.3333333333333333) * ncse_10);
-        const real ncse_162 = (-ncse_50 - ncse_51 + (((real)0.6666666666666666) * p_E * ncse_2 * ncse_7));
-        const real ncse_163 = (-ncse_50 - ncse_52 + (((real)0.6666666666666666) * p_E * ncse_1 * ncse_7));
-        const real ncse_164 = (-ncse_51 - ncse_52 + (((real)0.6666666666666666) * p_E * ncse_0 * ncse_7));
-        const real ncse_53 = ((((real)1.5) * (ncse_162 * ncse_162)) + (((real)1.5) * (ncse_163 * ncse_163)) + (((real)1.5) * (ncse_164 * ncse_164)) + (ncse_49 * (ncse_37 * ncse_37)) + (ncse_49 * (ncse_43 * ncse_43)) + (ncse_49 * (ncse_45 * ncse_45)));
-        const real ncse_54 = (ncse_13 * ncse_13 * ncse_13);
-        const real ncse_55 = (((real)2.0) * ncse_54);
-        const real ncse_56 = ((ncse_21 * ncse_47) + (ncse_53 * ncse_55));
-        const real ncse_57 = (((real)1.0) - state_internal_phi);
-        const real ncse_58 = (ncse_29 + ncse_32 + ncse_35);
-        const real ncse_59 = mc_cosh(ncse_23);
-        const real ncse_60 = (((real)2.0) * ncse_59);
-        const real ncse_61 = (-((real)1.0) + (ncse_25 * ncse_60) + (ncse_5 * ncse_53) - (p_q3 * (state_internal_phi * state_internal_phi)));
-        const real ncse_64 = (ncse_38 * ncse_63);
-        const real ncse_65 = (-ncse_5);
-        const real ncse_100 = (ncse_13 * ncse_13 * ncse_13 * ncse_13);
-        const real ncse_111 = fabs(state_internal_Ep_0);
-        const real ncse_112 = fabs(state_internal_ep);
-        const real ncse_113 = ((ncse_112 * fabs(p_K)) + fabs(p_sigma_y));
-        const real ncse_114 = fabs(state_internal_phi);
-        const real ncse_115 = (ncse_114 * fabs(p_q1));
-        const real ncse_116 = (ncse_115 * fabs(p_q2) * fabs(ncse_24));
-        const real ncse_117 = (ncse_116 * ((ncse_113 * fabs(ncse_65)) + fabs(ncse_13)));
-        const real ncse_118 = ((ncse_113 * fabs((-ncse_55))) + fabs(ncse_5));
-        const real ncse_119 = fabs(state_internal_Ep_1);
-        const real ncse_120 = (ncse_119 + fabs(forces_E_1));
-        const real ncse_124 = (ncse_120 * ncse_123);
-        const real ncse_125 = (ncse_111 + fabs(forces_E_0));
-        const real ncse_126 = (ncse_123 * ncse_125);
-        const real ncse_127 = fabs(state_internal_Ep_2);
-        const real ncse_128 = (ncse_127 + fabs(forces_E_2));
-        const real ncse_129 = (ncse_123 * ncse_128);
-        const real ncse_130 = (ncse_123 * (ncse_120 + ncse_125 + ncse_128) * fabs(p_nu) * fabs(ncse_17));
-        const real ncse_131 = (((real)4.0) * ncse_130);
-        const real ncse_132 = (ncse_129 + ncse_131);
-        const real ncse_133 = fabs(state_internal_gamma_rate);
-        const real ncse_135 = (ncse_133 * ncse_134);
-        const real ncse_136 = (ncse_111 + (ncse_135 * (ncse_117 + (ncse_118 * (ncse_124 + ncse_132 + (((real)2.0) * ncse_126))))) + fabs(old_state_internal_Ep_0));
-        const real ncse_137 = (ncse_119 + (ncse_135 * (ncse_117 + (ncse_118 * (ncse_126 + ncse_132 + (((real)2.0) * ncse_124))))) + fabs(old_state_internal_Ep_1));
-        const real ncse_138 = (ncse_124 + ncse_126);
-        const real ncse_139 = (ncse_127 + (ncse_135 * (ncse_117 + (ncse_118 * (ncse_131 + ncse_138 + (((real)2.0) * ncse_129))))) + fabs(old_state_internal_Ep_2));
-        const real ncse_140 = fabs(state_internal_Ep_3);
-        const real ncse_141 = (ncse_140 + fabs(forces_E_3));
-        const real ncse_142 = (((real)3.0) * ncse_118 * ncse_123 * ncse_135);
-        const real ncse_143 = (ncse_140 + (ncse_141 * ncse_142) + fabs(old_state_internal_Ep_3));
-        const real ncse_144 = fabs(state_internal_Ep_4);
-        const real ncse_145 = (ncse_144 + fabs(forces_E_4));
-        const real ncse_146 = (ncse_144 + (ncse_142 * ncse_145) + fabs(old_state_internal_Ep_4));
-        const real ncse_147 = fabs(state_internal_Ep_5);
-        const real ncse_148 = (ncse_147 + fabs(forces_E_5));
-        const real ncse_149 = (ncse_147 + (ncse_142 * ncse_148) + fabs(old_state_internal_Ep_5));
-        const real ncse_151 = (((real)0.3333333333333333) * ncse_124);
-        const real ncse_152 = (((real)1.3333333333333333) * ncse_130);
-        const real ncse_153 = (ncse_152 + (((real)0.3333333333333333) * ncse_126));
-        const real ncse_154 = (((real)0.3333333333333333) * ncse_129);
-        const real ncse_165 = (ncse_151 + ncse_153 + (((real)0.6666666666666666) * ncse_129));
-        const real ncse_166 = (ncse_153 + ncse_154 + (((real)0.6666666666666666) * ncse_124));
-        const real ncse_167 = (ncse_151 + ncse_152 + ncse_154 + (((real)0.6666666666666666) * ncse_126));
-        const real ncse_155 = ((((real)1.5) * (ncse_165 * ncse_165)) + (((real)1.5) * (ncse_166 * ncse_166)) + (((real)1.5) * (ncse_167 * ncse_167)) + (ncse_150 * (ncse_141 * ncse_141)) + (ncse_150 * (ncse_145 * ncse_145)) + (ncse_150 * (ncse_148 * ncse_148)));
-        const real ncse_156 = (ncse_112 + (ncse_135 * ((((real)2.0) * ncse_155 * ((ncse_113 * fabs((-((real)3.0) * ncse_100))) + fabs(ncse_54))) + (ncse_116 * ncse_118 * (ncse_129 + ncse_138 + (((real)3.0) * ncse_130))))) + fabs(old_state_internal_ep));
-        const real ncse_157 = fabs((ncse_15 + ncse_20));
-        const real ncse_158 = fabs((ncse_20 + ncse_9));
-        const real ncse_159 = fabs((ncse_10 + ncse_20));
-        const real ncse_160 = (ncse_114 + (ncse_134 * (((real)1.0) + ncse_114) * ((ncse_133 * (ncse_117 + (ncse_118 * (ncse_157 + ncse_158 + (((real)2.0) * ncse_159))))) + (ncse_133 * (ncse_117 + (ncse_118 * (ncse_157 + ncse_159 + (((real)2.0) * ncse_158))))) + (ncse_133 * (ncse_117 + (ncse_118 * (ncse_158 + ncse_159 + (((real)2.0) * ncse_157))))))) + fabs(old_state_internal_phi));
-        const real ncse_161 = ((ncse_118 * ncse_155) + ((ncse_114 * ncse_114) * fabs(p_q3)) + (((real)2.0) * ncse_115 * fabs(ncse_59)) + (ncse_121 * ncse_135 * fabs(ncse_62)));
-        const real nt1_r_0 = (state_internal_Ep_0 - old_state_internal_Ep_0 - (ncse_29 * ncse_3));
-        const real nt1_r_1 = (state_internal_Ep_1 - old_state_internal_Ep_1 - (ncse_3 * ncse_32));
-        const real nt1_r_2 = (state_internal_Ep_2 - old_state_internal_Ep_2 - (ncse_3 * ncse_35));
-        const real nt1_r_3 = (-ncse_36 - old_state_internal_Ep_3 - (ncse_37 * ncse_41));
-        const real nt1_r_4 = (-ncse_42 - old_state_internal_Ep_4 - (ncse_41 * ncse_43));
-        const real nt1_r_5 = (-ncse_44 - old_state_internal_Ep_5 - (ncse_41 * ncse_45));
-        const real nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_38 * ncse_56));
-        const real nt1_r_7 = (state_internal_phi - old_state_internal_phi - (ncse_3 * ncse_57 * ncse_58));
-        const real nt1_r_8 = mc_le((-ncse_61), ncse_64);
+        const real ncse_25 = mc_pos(state_internal_phi);
+        const real ncse_26 = (p_q1 * ncse_25);
+        const real ncse_27 = (ncse_24 * ncse_26);
+        const real ncse_28 = (ncse_14 * ncse_27);
+        const real ncse_29 = (ncse_28 + (ncse_12 * ncse_5));
+        const real ncse_30 = (ncse_29 * state_internal_gamma_rate);
+        const real ncse_31 = (-ncse_10 - ncse_15 + (((real)2.0) * p_E * ncse_1 * ncse_7));
+        const real ncse_32 = (ncse_28 + (ncse_31 * ncse_5));
+        const real ncse_33 = (ncse_32 * state_internal_gamma_rate);
+        const real ncse_34 = (-ncse_15 - ncse_9 + (((real)2.0) * p_E * ncse_2 * ncse_7));
+        const real ncse_35 = (ncse_28 + (ncse_34 * ncse_5));
+        const real ncse_36 = (ncse_35 * state_internal_gamma_rate);
+        const real ncse_37 = (-state_internal_Ep_3);
+        const real ncse_38 = (forces_E_3 + ncse_37);
+        const real ncse_39 = (ncse_3 * state_internal_gamma_rate);
+        const real ncse_40 = (((real)3.0) * ncse_5);
+        const real ncse_41 = (ncse_40 * ncse_8);
+        const real ncse_42 = (ncse_39 * ncse_41);
+        const real ncse_43 = (-state_internal_Ep_4);
+        const real ncse_44 = (forces_E_4 + ncse_43);
+        const real ncse_45 = (-state_internal_Ep_5);
+        const real ncse_46 = (forces_E_5 + ncse_45);
+        const real ncse_47 = (p_q2 * ncse_27);
+        const real ncse_48 = (ncse_47 * ncse_5);
+        const real ncse_51 = (((real)0.3333333333333333) * ncse_15);
+        const real ncse_52 = (((real)0.3333333333333333) * ncse_9);
+        const real ncse_53 = (((real)0.3333333333333333) * ncse_10);
+        const real ncse_163 = (-ncse_51 - ncse_52 + (((real)0.6666666666666666) * p_E * ncse_2 * ncse_7));
+        const real ncse_164 = (-ncse_51 - ncse_53 + (((real)0.6666666666666666) * p_E * ncse_1 * ncse_7));
+        const real ncse_165 = (-ncse_52 - ncse_53 + (((real)0.6666666666666666) * p_E * ncse_0 * ncse_7));
+        const real ncse_54 = ((((real)1.5) * (ncse_163 * ncse_163)) + (((real)1.5) * (ncse_164 * ncse_164)) + (((real)1.5) * (ncse_165 * ncse_165)) + (ncse_50 * (ncse_38 * ncse_38)) + (ncse_50 * (ncse_44 * ncse_44)) + (ncse_50 * (ncse_46 * ncse_46)));
+        const real ncse_55 = (ncse_13 * ncse_13 * ncse_13);
+        const real ncse_56 = (((real)2.0) * ncse_55);
+        const real ncse_57 = ((ncse_21 * ncse_48) + (ncse_54 * ncse_56));
+        const real ncse_58 = (((real)1.0) - state_internal_phi);
+        const real ncse_59 = (ncse_30 + ncse_33 + ncse_36);
+        const real ncse_60 = mc_cosh(ncse_23);
+        const real ncse_61 = (((real)2.0) * ncse_60);
+        const real ncse_62 = (-((real)1.0) + (ncse_26 * ncse_61) + (ncse_5 * ncse_54) - (p_q3 * (state_internal_phi * state_internal_phi)));
+        const real ncse_65 = (ncse_39 * ncse_64);
+        const real ncse_66 = (-ncse_5);
+        const real ncse_101 = (ncse_13 * ncse_13 * ncse_13 * ncse_13);
+        const real ncse_112 = fabs(state_internal_Ep_0);
+        const real ncse_113 = fabs(state_internal_ep);
+        const real ncse_114 = ((ncse_113 * fabs(p_K)) + fabs(p_sigma_y));
+        const real ncse_115 = fabs(state_internal_phi);
+        const real ncse_116 = (ncse_115 * fabs(p_q1));
+        const real ncse_117 = (ncse_116 * fabs(p_q2) * fabs(ncse_24));
+        const real ncse_118 = (ncse_117 * ((ncse_114 * fabs(ncse_66)) + fabs(ncse_13)));
+        const real ncse_119 = ((ncse_114 * fabs((-ncse_56))) + fabs(ncse_5));
+        const real ncse_120 = fabs(state_internal_Ep_1);
+        const real ncse_121 = (ncse_120 + fabs(forces_E_1));
+        const real ncse_125 = (ncse_121 * ncse_124);
+        const real ncse_126 = (ncse_112 + fabs(forces_E_0));
+        const real ncse_127 = (ncse_124 * ncse_126);
+        const real ncse_128 = fabs(state_internal_Ep_2);
+        const real ncse_129 = (ncse_128 + fabs(forces_E_2));
+        const real ncse_130 = (ncse_124 * ncse_129);
+        const real ncse_131 = (ncse_124 * (ncse_121 + ncse_126 + ncse_129) * fabs(p_nu) * fabs(ncse_17));
+        const real ncse_132 = (((real)4.0) * ncse_131);
+        const real ncse_133 = (ncse_130 + ncse_132);
+        const real ncse_134 = fabs(state_internal_gamma_rate);
+        const real ncse_136 = (ncse_134 * ncse_135);
+        const real ncse_137 = (ncse_112 + (ncse_136 * (ncse_118 + (ncse_119 * (ncse_125 + ncse_133 + (((real)2.0) * ncse_127))))) + fabs(old_state_internal_Ep_0));
+        const real ncse_138 = (ncse_120 + (ncse_136 * (ncse_118 + (ncse_119 * (ncse_127 + ncse_133 + (((real)2.0) * ncse_125))))) + fabs(old_state_internal_Ep_1));
+        const real ncse_139 = (ncse_125 + ncse_127);
+        const real ncse_140 = (ncse_128 + (ncse_136 * (ncse_118 + (ncse_119 * (ncse_132 + ncse_139 + (((real)2.0) * ncse_130))))) + fabs(old_state_internal_Ep_2));
+        const real ncse_141 = fabs(state_internal_Ep_3);
+        const real ncse_142 = (ncse_141 + fabs(forces_E_3));
+        const real ncse_143 = (((real)3.0) * ncse_119 * ncse_124 * ncse_136);
+        const real ncse_144 = (ncse_141 + (ncse_142 * ncse_143) + fabs(old_state_internal_Ep_3));
+        const real ncse_145 = fabs(state_internal_Ep_4);
+        const real ncse_146 = (ncse_145 + fabs(forces_E_4));
+        const real ncse_147 = (ncse_145 + (ncse_143 * ncse_146) + fabs(old_state_internal_Ep_4));
+        const real ncse_148 = fabs(state_internal_Ep_5);
+        const real ncse_149 = (ncse_148 + fabs(forces_E_5));
+        const real ncse_150 = (ncse_148 + (ncse_143 * ncse_149) + fabs(old_state_internal_Ep_5));
+        const real ncse_152 = (((real)0.3333333333333333) * ncse_125);
+        const real ncse_153 = (((real)1.3333333333333333) * ncse_131);
+        const real ncse_154 = (ncse_153 + (((real)0.3333333333333333) * ncse_127));
+        const real ncse_155 = (((real)0.3333333333333333) * ncse_130);
+        const real ncse_166 = (ncse_152 + ncse_154 + (((real)0.6666666666666666) * ncse_130));
+        const real ncse_167 = (ncse_154 + ncse_155 + (((real)0.6666666666666666) * ncse_125));
+        const real ncse_168 = (ncse_152 + ncse_153 + ncse_155 + (((real)0.6666666666666666) * ncse_127));
+        const real ncse_156 = ((((real)1.5) * (ncse_166 * ncse_166)) + (((real)1.5) * (ncse_167 * ncse_167)) + (((real)1.5) * (ncse_168 * ncse_168)) + (ncse_151 * (ncse_142 * ncse_142)) + (ncse_151 * (ncse_146 * ncse_146)) + (ncse_151 * (ncse_149 * ncse_149)));
+        const real ncse_157 = (ncse_113 + (ncse_136 * ((((real)2.0) * ncse_156 * ((ncse_114 * fabs((-((real)3.0) * ncse_101))) + fabs(ncse_55))) + (ncse_117 * ncse_119 * (ncse_130 + ncse_139 + (((real)3.0) * ncse_131))))) + fabs(old_state_internal_ep));
+        const real ncse_158 = fabs((ncse_15 + ncse_20));
+        const real ncse_159 = fabs((ncse_20 + ncse_9));
+        const real ncse_160 = fabs((ncse_10 + ncse_20));
+        const real ncse_161 = (ncse_115 + (ncse_135 * (((real)1.0) + ncse_115) * ((ncse_134 * (ncse_118 + (ncse_119 * (ncse_158 + ncse_159 + (((real)2.0) * ncse_160))))) + (ncse_134 * (ncse_118 + (ncse_119 * (ncse_158 + ncse_160 + (((real)2.0) * ncse_159))))) + (ncse_134 * (ncse_118 + (ncse_119 * (ncse_159 + ncse_160 + (((real)2.0) * ncse_158))))))) + fabs(old_state_internal_phi));
+        const real ncse_162 = ((ncse_119 * ncse_156) + ((ncse_115 * ncse_115) * fabs(p_q3)) + (((real)2.0) * ncse_116 * fabs(ncse_60)) + (ncse_122 * ncse_136 * fabs(ncse_63)));
+        const real nt1_r_0 = (state_internal_Ep_0 - old_state_internal_Ep_0 - (ncse_3 * ncse_30));
+        const real nt1_r_1 = (state_internal_Ep_1 - old_state_internal_Ep_1 - (ncse_3 * ncse_33));
+        const real nt1_r_2 = (state_internal_Ep_2 - old_state_internal_Ep_2 - (ncse_3 * ncse_36));
+        const real nt1_r_3 = (-ncse_37 - old_state_internal_Ep_3 - (ncse_38 * ncse_42));
+        const real nt1_r_4 = (-ncse_43 - old_state_internal_Ep_4 - (ncse_42 * ncse_44));
+        const real nt1_r_5 = (-ncse_45 - old_state_internal_Ep_5 - (ncse_42 * ncse_46));
+        const real nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_39 * ncse_57));
+        const real nt1_r_7 = (state_internal_phi - old_state_internal_phi - (ncse_3 * ncse_58 * ncse_59));
+        const real nt1_r_8 = mc_le((-ncse_62), ncse_65);
         const real gtn_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8)));
         const real nt1_rnorm0 = it == 0 ? gtn_return_map_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * ((((real)3e+38) - ncse_136) > 0 ? ncse_136 : ((real)0.0)))) & (fabs(nt1_r_1) <= (nt1_rtol * ((((real)3e+38) - ncse_137) > 0 ? ncse_137 : ((real)0.0)))));
-        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_2) <= (nt1_rtol * ((((real)3e+38) - ncse_139) > 0 ? ncse_139 : ((real)0.0)))) & (fabs(nt1_r_3) <= (nt1_rtol * ((((real)3e+38) - ncse_143) > 0 ? ncse_143 : ((real)0.0)))));
-        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * ((((real)3e+38) - ncse_146) > 0 ? ncse_146 : ((real)0.0)))) & (fabs(nt1_r_5) <= (nt1_rtol * ((((real)3e+38) - ncse_149) > 0 ? ncse_149 : ((real)0.0)))));
-        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((((real)3e+38) - ncse_156) > 0 ? ncse_156 : ((real)0.0)))) & (fabs(nt1_r_7) <= (nt1_rtol * ((((real)3e+38) - ncse_160) > 0 ? ncse_160 : ((real)0.0)))));
-        const int nt1_scaled4 = (nt1_scaled3 & (fabs(nt1_r_8) <= (nt1_rtol * ((((real)3e+38) - ncse_161) > 0 ? (((real)1.0) + ncse_161) : ((real)0.0)))));
+        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * ((((real)3e+38) - ncse_137) > 0 ? ncse_137 : ((real)0.0)))) & (fabs(nt1_r_1) <= (nt1_rtol * ((((real)3e+38) - ncse_138) > 0 ? ncse_138 : ((real)0.0)))));
+        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_2) <= (nt1_rtol * ((((real)3e+38) - ncse_140) > 0 ? ncse_140 : ((real)0.0)))) & (fabs(nt1_r_3) <= (nt1_rtol * ((((real)3e+38) - ncse_144) > 0 ? ncse_144 : ((real)0.0)))));
+        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * ((((real)3e+38) - ncse_147) > 0 ? ncse_147 : ((real)0.0)))) & (fabs(nt1_r_5) <= (nt1_rtol * ((((real)3e+38) - ncse_150) > 0 ? ncse_150 : ((real)0.0)))));
+        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((((real)3e+38) - ncse_157) > 0 ? ncse_157 : ((real)0.0)))) & (fabs(nt1_r_7) <= (nt1_rtol * ((((real)3e+38) - ncse_161) > 0 ? ncse_161 : ((real)0.0)))));
+        const int nt1_scaled4 = (nt1_scaled3 & (fabs(nt1_r_8) <= (nt1_rtol * ((((real)3e+38) - ncse_162) > 0 ? (((real)1.0) + ncse_162) : ((real)0.0)))));
         const int nt1_ok = (nt1_scaled4 | (gtn_return_map_residual_norm <= nt1_atol));
+        v_nx_0[l] = ncse_60;
+        v_nx_1[l] = ncse_25;
+        v_nx_2[l] = ncse_24;
+        v_nx_3[l] = ncse_13;
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_gtn_return_map_converged[l] = mc_was ? nt1_ok : v_gtn_return_map_converged[l];
@@ -3289,20 +3337,19 @@ MC_INLINE void newton_1_iterate(
         v_ncse_21[l] = ncse_21;
         v_ncse_22[l] = ncse_22;
         v_ncse_24[l] = ncse_24;
-        v_ncse_25[l] = ncse_25;
-        v_ncse_28[l] = ncse_28;
-        v_ncse_30[l] = ncse_30;
+        v_ncse_26[l] = ncse_26;
+        v_ncse_29[l] = ncse_29;
         v_ncse_31[l] = ncse_31;
-        v_ncse_33[l] = ncse_33;
+        v_ncse_32[l] = ncse_32;
         v_ncse_34[l] = ncse_34;
-        v_ncse_37[l] = ncse_37;
-        v_ncse_39[l] = ncse_39;
+        v_ncse_35[l] = ncse_35;
+        v_ncse_38[l] = ncse_38;
         v_ncse_40[l] = ncse_40;
-        v_ncse_43[l] = ncse_43;
-        v_ncse_45[l] = ncse_45;
+        v_ncse_41[l] = ncse_41;
+        v_ncse_44[l] = ncse_44;
         v_ncse_46[l] = ncse_46;
         v_ncse_47[l] = ncse_47;
-        v_ncse_53[l] = ncse_53;
+        v_ncse_48[l] = ncse_48;
         v_ncse_54[l] = ncse_54;
         v_ncse_55[l] = ncse_55;
         v_ncse_56[l] = ncse_56;
@@ -3311,9 +3358,10 @@ MC_INLINE void newton_1_iterate(
         v_ncse_59[l] = ncse_59;
         v_ncse_60[l] = ncse_60;
         v_ncse_61[l] = ncse_61;
-        v_ncse_64[l] = ncse_64;
+        v_ncse_62[l] = ncse_62;
         v_ncse_65[l] = ncse_65;
-        v_ncse_100[l] = ncse_100;
+        v_ncse_66[l] = ncse_66;
+        v_ncse_101[l] = ncse_101;
         v_nt1_r_0[l] = nt1_r_0;
         v_nt1_r_1[l] = nt1_r_1;
         v_nt1_r_2[l] = nt1_r_2;
@@ -3329,52 +3377,52 @@ MC_INLINE void newton_1_iterate(
     if (!mc_any) break;
     MC_SIMD MC_LANES {
         const real p_q2 = MC_P(6, v_p_q2[l]);
-        const real ncse_25 = v_ncse_25[l];
-        const real ncse_59 = v_ncse_59[l];
+        const real ncse_26 = v_ncse_26[l];
+        const real ncse_60 = v_ncse_60[l];
         const real ncse_5 = v_ncse_5[l];
-        const real ncse_65 = v_ncse_65[l];
+        const real ncse_66 = v_ncse_66[l];
         const real ncse_16 = v_ncse_16[l];
         const real ncse_18 = v_ncse_18[l];
-        const real ncse_70 = v_ncse_70[l];
-        const real ncse_73 = v_ncse_73[l];
+        const real ncse_71 = v_ncse_71[l];
+        const real ncse_74 = v_ncse_74[l];
         const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
         const real ncse_19 = v_ncse_19[l];
         const real ncse_22 = v_ncse_22[l];
-        const real ncse_47 = v_ncse_47[l];
-        const real ncse_54 = v_ncse_54[l];
-        const real ncse_12 = v_ncse_12[l];
+        const real ncse_48 = v_ncse_48[l];
         const real ncse_55 = v_ncse_55[l];
+        const real ncse_12 = v_ncse_12[l];
+        const real ncse_56 = v_ncse_56[l];
         const real p_K = MC_P(3, v_p_K[l]);
         const real state_internal_phi = v_state_internal_phi[l];
         const real p_q1 = MC_P(5, v_p_q1[l]);
         const real ncse_24 = v_ncse_24[l];
         const real ncse_14 = v_ncse_14[l];
-        const real ncse_30 = v_ncse_30[l];
-        const real ncse_33 = v_ncse_33[l];
-        const real ncse_40 = v_ncse_40[l];
-        const real ncse_8 = v_ncse_8[l];
-        const real ncse_37 = v_ncse_37[l];
-        const real ncse_48 = v_ncse_48[l];
-        const real ncse_57 = v_ncse_57[l];
-        const real ncse_61 = v_ncse_61[l];
-        const real ncse_64 = v_ncse_64[l];
-        const real ncse_34 = v_ncse_34[l];
         const real ncse_31 = v_ncse_31[l];
-        const real ncse_28 = v_ncse_28[l];
-        const real ncse_39 = v_ncse_39[l];
-        const real ncse_43 = v_ncse_43[l];
-        const real ncse_45 = v_ncse_45[l];
-        const real ncse_100 = v_ncse_100[l];
-        const real ncse_21 = v_ncse_21[l];
-        const real ncse_46 = v_ncse_46[l];
-        const real ncse_53 = v_ncse_53[l];
-        const real ncse_56 = v_ncse_56[l];
-        const real ncse_13 = v_ncse_13[l];
+        const real ncse_34 = v_ncse_34[l];
+        const real ncse_41 = v_ncse_41[l];
+        const real ncse_8 = v_ncse_8[l];
+        const real ncse_38 = v_ncse_38[l];
+        const real ncse_49 = v_ncse_49[l];
         const real ncse_58 = v_ncse_58[l];
+        const real ncse_62 = v_ncse_62[l];
+        const real ncse_65 = v_ncse_65[l];
+        const real ncse_35 = v_ncse_35[l];
+        const real ncse_32 = v_ncse_32[l];
+        const real ncse_29 = v_ncse_29[l];
+        const real ncse_40 = v_ncse_40[l];
+        const real ncse_44 = v_ncse_44[l];
+        const real ncse_46 = v_ncse_46[l];
+        const real ncse_101 = v_ncse_101[l];
+        const real ncse_21 = v_ncse_21[l];
+        const real ncse_47 = v_ncse_47[l];
+        const real ncse_54 = v_ncse_54[l];
+        const real ncse_57 = v_ncse_57[l];
+        const real ncse_13 = v_ncse_13[l];
+        const real ncse_59 = v_ncse_59[l];
         const real p_q3 = MC_P(7, v_p_q3[l]);
-        const real ncse_60 = v_ncse_60[l];
+        const real ncse_61 = v_ncse_61[l];
         const real ncse_3 = v_ncse_3[l];
-        const real ncse_63 = v_ncse_63[l];
+        const real ncse_64 = v_ncse_64[l];
         const real nt1_r_0 = v_nt1_r_0[l];
         const real nt1_r_1 = v_nt1_r_1[l];
         const real nt1_r_2 = v_nt1_r_2[l];
@@ -3384,112 +3432,112 @@ MC_INLINE void newton_1_iterate(
         const real nt1_r_6 = v_nt1_r_6[l];
         const real nt1_r_7 = v_nt1_r_7[l];
         const real nt1_r_8 = v_nt1_r_8[l];
-        const real ncse_66 = (ncse_25 * ncse_59 * (p_q2 * p_q2));
-        const real ncse_67 = (((real)0.5) * ncse_66);
-        const real ncse_68 = (ncse_5 * ncse_67);
-        const real ncse_69 = (ncse_65 + ncse_68);
-        const real ncse_71 = (ncse_68 + (((real)2.0) * ncse_5));
-        const real ncse_72 = ((ncse_70 * ncse_71) - (ncse_16 * ncse_18 * ncse_69));
-        const real ncse_74 = (ncse_73 * state_internal_gamma_rate);
-        const real ncse_75 = (((real)1.0) + (ncse_72 * ncse_74));
-        const real ncse_76 = ((ncse_69 * ncse_70) - (ncse_19 * ncse_69) - (ncse_19 * ncse_71));
-        const real ncse_77 = (ncse_74 * ncse_76);
-        const real ncse_78 = (ncse_47 + (ncse_22 * ncse_54 * ncse_66));
-        const real ncse_79 = (ncse_78 + (ncse_12 * ncse_55));
-        const real ncse_80 = (-ncse_79);
-        const real ncse_81 = (p_K * ncse_74);
-        const real ncse_82 = (state_internal_phi > 0 ? 1 : 0);
-        const real ncse_83 = (p_q1 * ncse_82);
-        const real ncse_84 = (ncse_24 * ncse_74 * ncse_83);
-        const real ncse_85 = (ncse_14 * ncse_84);
-        const real ncse_86 = (ncse_78 + (ncse_30 * ncse_55));
-        const real ncse_87 = (-ncse_86);
-        const real ncse_88 = (ncse_78 + (ncse_33 * ncse_55));
-        const real ncse_89 = (-ncse_88);
-        const real ncse_90 = (((real)1.0) - (ncse_40 * ncse_74));
-        const real ncse_91 = (((real)6.0) * ncse_54);
-        const real ncse_92 = (ncse_8 * ncse_81 * ncse_91);
-        const real ncse_93 = (ncse_40 * ncse_73);
-        const real ncse_94 = (ncse_19 * ncse_88);
-        const real ncse_95 = (ncse_19 * ncse_86);
-        const real ncse_96 = (ncse_19 * ncse_79);
-        const real ncse_97 = (ncse_37 * ncse_48);
-        const real ncse_98 = (ncse_74 * ncse_91);
-        const real ncse_99 = (ncse_48 * ncse_98);
-        const real ncse_101 = (ncse_57 * state_internal_gamma_rate);
-        const real ncse_102 = (ncse_73 * ((ncse_101 * ncse_72) + (((real)2.0) * ncse_101 * ncse_76)));
-        const real ncse_103 = (p_K * ncse_101);
-        const real ncse_104 = ((-ncse_61 - ncse_64) > 0 ? 1 : 0);
-        const real ncse_105 = (-((real)1.0) + ncse_104);
-        const real ncse_106 = (ncse_19 * ncse_34);
-        const real ncse_107 = (ncse_19 * ncse_31);
-        const real ncse_108 = (ncse_19 * ncse_28);
-        const real ncse_109 = (ncse_105 * ncse_39);
-        const real ncse_110 = (ncse_109 * ncse_48);
-        const real nt1_1 = (ncse_80 * ncse_81);
-        const real nt1_2 = (ncse_28 * ncse_73);
-        const real nt1_3 = (ncse_81 * ncse_87);
-        const real nt1_4 = (ncse_31 * ncse_73);
-        const real nt1_5 = (ncse_81 * ncse_89);
-        const real nt1_6 = (ncse_34 * ncse_73);
-        const real nt1_7 = (-ncse_37 * ncse_92);
-        const real nt1_8 = (ncse_37 * ncse_93);
-        const real nt1_9 = (-ncse_43 * ncse_92);
-        const real nt1_10 = (ncse_43 * ncse_93);
-        const real nt1_11 = (-ncse_45 * ncse_92);
-        const real nt1_12 = (ncse_45 * ncse_93);
-        const real nt1_13 = (ncse_74 * (-ncse_94 - ncse_95 + (ncse_70 * ncse_79)));
-        const real nt1_14 = (ncse_74 * (-ncse_94 - ncse_96 + (ncse_70 * ncse_86)));
-        const real nt1_15 = (ncse_74 * (-ncse_95 - ncse_96 + (ncse_70 * ncse_88)));
-        const real nt1_16 = (-ncse_97 * ncse_98);
-        const real nt1_17 = (-ncse_43 * ncse_99);
-        const real nt1_18 = (-ncse_45 * ncse_99);
-        const real nt1_19 = (((real)1.0) + (ncse_81 * (-(((real)6.0) * ncse_100 * ncse_53) - (ncse_100 * ncse_67 * (ncse_21 * ncse_21)) - (ncse_21 * ncse_46 * ncse_55))));
-        const real nt1_20 = (p_q2 * ncse_21 * ncse_5 * ncse_84);
-        const real nt1_21 = (ncse_56 * ncse_73);
-        const real nt1_22 = (ncse_73 * ((ncse_103 * ncse_80) + (ncse_103 * ncse_87) + (ncse_103 * ncse_89)));
-        const real nt1_23 = (((real)1.0) + (ncse_73 * (-ncse_58 + (((real)3.0) * p_q1 * p_q2 * ncse_13 * ncse_24 * ncse_57 * ncse_82 * state_internal_gamma_rate))));
-        const real nt1_24 = (ncse_73 * ((ncse_28 * ncse_57) + (ncse_31 * ncse_57) + (ncse_34 * ncse_57)));
-        const real nt1_25 = (ncse_105 * (-ncse_106 - ncse_107 + (ncse_28 * ncse_70)));
-        const real nt1_26 = (ncse_105 * (-ncse_106 - ncse_108 + (ncse_31 * ncse_70)));
-        const real nt1_27 = (ncse_105 * (-ncse_107 - ncse_108 + (ncse_34 * ncse_70)));
-        const real nt1_28 = (-ncse_109 * ncse_97);
-        const real nt1_29 = (-ncse_110 * ncse_43);
-        const real nt1_30 = (-ncse_110 * ncse_45);
-        const real nt1_31 = (-p_K * ncse_105 * ncse_56);
-        const real nt1_32 = (ncse_105 * ((ncse_60 * ncse_83) - (((real)2.0) * p_q3 * state_internal_phi)));
-        const real nt1_33 = (ncse_104 * ncse_3 * ncse_63);
-        const int nt1_34 = ((fabs(ncse_75) >= (((real)1e-12) * fabs(ncse_77))) & (fabs(ncse_75) >= (((real)1e-12) * fabs(ncse_85))) & (fabs(ncse_75) >= (((real)1e-12) * fabs(nt1_1))) & (fabs(ncse_75) >= (((real)1e-12) * fabs(nt1_2))));
-        const real nt1_35 = (nt1_34 ? (((real)1.0) / ncse_75) : MC_NAN);
-        const real nt1_36 = (ncse_77 * nt1_35);
-        const real nt1_37 = (ncse_75 - (ncse_77 * nt1_36));
-        const real nt1_38 = (ncse_77 - (ncse_77 * nt1_36));
+        const real ncse_67 = (ncse_26 * ncse_60 * (p_q2 * p_q2));
+        const real ncse_68 = (((real)0.5) * ncse_67);
+        const real ncse_69 = (ncse_5 * ncse_68);
+        const real ncse_70 = (ncse_66 + ncse_69);
+        const real ncse_72 = (ncse_69 + (((real)2.0) * ncse_5));
+        const real ncse_73 = ((ncse_71 * ncse_72) - (ncse_16 * ncse_18 * ncse_70));
+        const real ncse_75 = (ncse_74 * state_internal_gamma_rate);
+        const real ncse_76 = (((real)1.0) + (ncse_73 * ncse_75));
+        const real ncse_77 = ((ncse_70 * ncse_71) - (ncse_19 * ncse_70) - (ncse_19 * ncse_72));
+        const real ncse_78 = (ncse_75 * ncse_77);
+        const real ncse_79 = (ncse_48 + (ncse_22 * ncse_55 * ncse_67));
+        const real ncse_80 = (ncse_79 + (ncse_12 * ncse_56));
+        const real ncse_81 = (-ncse_80);
+        const real ncse_82 = (p_K * ncse_75);
+        const real ncse_83 = (state_internal_phi > 0 ? 1 : 0);
+        const real ncse_84 = (p_q1 * ncse_83);
+        const real ncse_85 = (ncse_24 * ncse_75 * ncse_84);
+        const real ncse_86 = (ncse_14 * ncse_85);
+        const real ncse_87 = (ncse_79 + (ncse_31 * ncse_56));
+        const real ncse_88 = (-ncse_87);
+        const real ncse_89 = (ncse_79 + (ncse_34 * ncse_56));
+        const real ncse_90 = (-ncse_89);
+        const real ncse_91 = (((real)1.0) - (ncse_41 * ncse_75));
+        const real ncse_92 = (((real)6.0) * ncse_55);
+        const real ncse_93 = (ncse_8 * ncse_82 * ncse_92);
+        const real ncse_94 = (ncse_41 * ncse_74);
+        const real ncse_95 = (ncse_19 * ncse_89);
+        const real ncse_96 = (ncse_19 * ncse_87);
+        const real ncse_97 = (ncse_19 * ncse_80);
+        const real ncse_98 = (ncse_38 * ncse_49);
+        const real ncse_99 = (ncse_75 * ncse_92);
+        const real ncse_100 = (ncse_49 * ncse_99);
+        const real ncse_102 = (ncse_58 * state_internal_gamma_rate);
+        const real ncse_103 = (ncse_74 * ((ncse_102 * ncse_73) + (((real)2.0) * ncse_102 * ncse_77)));
+        const real ncse_104 = (p_K * ncse_102);
+        const real ncse_105 = ((-ncse_62 - ncse_65) > 0 ? 1 : 0);
+        const real ncse_106 = (-((real)1.0) + ncse_105);
+        const real ncse_107 = (ncse_19 * ncse_35);
+        const real ncse_108 = (ncse_19 * ncse_32);
+        const real ncse_109 = (ncse_19 * ncse_29);
+        const real ncse_110 = (ncse_106 * ncse_40);
+        const real ncse_111 = (ncse_110 * ncse_49);
+        const real nt1_1 = (ncse_81 * ncse_82);
+        const real nt1_2 = (ncse_29 * ncse_74);
+        const real nt1_3 = (ncse_82 * ncse_88);
+        const real nt1_4 = (ncse_32 * ncse_74);
+        const real nt1_5 = (ncse_82 * ncse_90);
+        const real nt1_6 = (ncse_35 * ncse_74);
+        const real nt1_7 = (-ncse_38 * ncse_93);
+        const real nt1_8 = (ncse_38 * ncse_94);
+        const real nt1_9 = (-ncse_44 * ncse_93);
+        const real nt1_10 = (ncse_44 * ncse_94);
+        const real nt1_11 = (-ncse_46 * ncse_93);
+        const real nt1_12 = (ncse_46 * ncse_94);
+        const real nt1_13 = (ncse_75 * (-ncse_95 - ncse_96 + (ncse_71 * ncse_80)));
+        const real nt1_14 = (ncse_75 * (-ncse_95 - ncse_97 + (ncse_71 * ncse_87)));
+        const real nt1_15 = (ncse_75 * (-ncse_96 - ncse_97 + (ncse_71 * ncse_89)));
+        const real nt1_16 = (-ncse_98 * ncse_99);
+        const real nt1_17 = (-ncse_100 * ncse_44);
+        const real nt1_18 = (-ncse_100 * ncse_46);
+        const real nt1_19 = (((real)1.0) + (ncse_82 * (-(((real)6.0) * ncse_101 * ncse_54) - (ncse_101 * ncse_68 * (ncse_21 * ncse_21)) - (ncse_21 * ncse_47 * ncse_56))));
+        const real nt1_20 = (p_q2 * ncse_21 * ncse_5 * ncse_85);
+        const real nt1_21 = (ncse_57 * ncse_74);
+        const real nt1_22 = (ncse_74 * ((ncse_104 * ncse_81) + (ncse_104 * ncse_88) + (ncse_104 * ncse_90)));
+        const real nt1_23 = (((real)1.0) + (ncse_74 * (-ncse_59 + (((real)3.0) * p_q1 * p_q2 * ncse_13 * ncse_24 * ncse_58 * ncse_83 * state_internal_gamma_rate))));
+        const real nt1_24 = (ncse_74 * ((ncse_29 * ncse_58) + (ncse_32 * ncse_58) + (ncse_35 * ncse_58)));
+        const real nt1_25 = (ncse_106 * (-ncse_107 - ncse_108 + (ncse_29 * ncse_71)));
+        const real nt1_26 = (ncse_106 * (-ncse_107 - ncse_109 + (ncse_32 * ncse_71)));
+        const real nt1_27 = (ncse_106 * (-ncse_108 - ncse_109 + (ncse_35 * ncse_71)));
+        const real nt1_28 = (-ncse_110 * ncse_98);
+        const real nt1_29 = (-ncse_111 * ncse_44);
+        const real nt1_30 = (-ncse_111 * ncse_46);
+        const real nt1_31 = (-p_K * ncse_106 * ncse_57);
+        const real nt1_32 = (ncse_106 * ((ncse_61 * ncse_84) - (((real)2.0) * p_q3 * state_internal_phi)));
+        const real nt1_33 = (ncse_105 * ncse_3 * ncse_64);
+        const int nt1_34 = ((fabs(ncse_76) >= (((real)1e-12) * fabs(ncse_78))) & (fabs(ncse_76) >= (((real)1e-12) * fabs(ncse_86))) & (fabs(ncse_76) >= (((real)1e-12) * fabs(nt1_1))) & (fabs(ncse_76) >= (((real)1e-12) * fabs(nt1_2))));
+        const real nt1_35 = (nt1_34 ? (((real)1.0) / ncse_76) : MC_NAN);
+        const real nt1_36 = (ncse_78 * nt1_35);
+        const real nt1_37 = (ncse_76 - (ncse_78 * nt1_36));
+        const real nt1_38 = (ncse_78 - (ncse_78 * nt1_36));
         const real nt1_39 = (nt1_3 - (nt1_1 * nt1_36));
-        const real nt1_40 = (ncse_85 - (ncse_85 * nt1_36));
+        const real nt1_40 = (ncse_86 - (ncse_86 * nt1_36));
         const real nt1_41 = (nt1_4 - (nt1_2 * nt1_36));
-        const real nt1_42 = (ncse_77 * nt1_35);
-        const real nt1_43 = (ncse_77 - (ncse_77 * nt1_42));
-        const real nt1_44 = (ncse_75 - (ncse_77 * nt1_42));
+        const real nt1_42 = (ncse_78 * nt1_35);
+        const real nt1_43 = (ncse_78 - (ncse_78 * nt1_42));
+        const real nt1_44 = (ncse_76 - (ncse_78 * nt1_42));
         const real nt1_45 = (nt1_5 - (nt1_1 * nt1_42));
-        const real nt1_46 = (ncse_85 - (ncse_85 * nt1_42));
+        const real nt1_46 = (ncse_86 - (ncse_86 * nt1_42));
         const real nt1_47 = (nt1_6 - (nt1_2 * nt1_42));
         const real nt1_48 = (nt1_13 * nt1_35);
-        const real nt1_49 = (nt1_14 - (ncse_77 * nt1_48));
-        const real nt1_50 = (nt1_15 - (ncse_77 * nt1_48));
+        const real nt1_49 = (nt1_14 - (ncse_78 * nt1_48));
+        const real nt1_50 = (nt1_15 - (ncse_78 * nt1_48));
         const real nt1_51 = (nt1_19 - (nt1_1 * nt1_48));
-        const real nt1_52 = (nt1_20 - (ncse_85 * nt1_48));
+        const real nt1_52 = (nt1_20 - (ncse_86 * nt1_48));
         const real nt1_53 = (nt1_21 - (nt1_2 * nt1_48));
-        const real nt1_54 = (ncse_102 * nt1_35);
-        const real nt1_55 = (ncse_102 - (ncse_77 * nt1_54));
-        const real nt1_56 = (ncse_102 - (ncse_77 * nt1_54));
+        const real nt1_54 = (ncse_103 * nt1_35);
+        const real nt1_55 = (ncse_103 - (ncse_78 * nt1_54));
+        const real nt1_56 = (ncse_103 - (ncse_78 * nt1_54));
         const real nt1_57 = (nt1_22 - (nt1_1 * nt1_54));
-        const real nt1_58 = (nt1_23 - (ncse_85 * nt1_54));
+        const real nt1_58 = (nt1_23 - (ncse_86 * nt1_54));
         const real nt1_59 = (nt1_24 - (nt1_2 * nt1_54));
         const real nt1_60 = (nt1_25 * nt1_35);
-        const real nt1_61 = (nt1_26 - (ncse_77 * nt1_60));
-        const real nt1_62 = (nt1_27 - (ncse_77 * nt1_60));
+        const real nt1_61 = (nt1_26 - (ncse_78 * nt1_60));
+        const real nt1_62 = (nt1_27 - (ncse_78 * nt1_60));
         const real nt1_63 = (nt1_31 - (nt1_1 * nt1_60));
-        const real nt1_64 = (nt1_32 - (ncse_85 * nt1_60));
+        const real nt1_64 = (nt1_32 - (ncse_86 * nt1_60));
         const real nt1_65 = (nt1_33 - (nt1_2 * nt1_60));
         const int nt1_66 = ((fabs(nt1_37) >= (((real)1e-12) * fabs(nt1_38))) & (fabs(nt1_37) >= (((real)1e-12) * fabs(nt1_39))) & (fabs(nt1_37) >= (((real)1e-12) * fabs(nt1_40))) & (fabs(nt1_37) >= (((real)1e-12) * fabs(nt1_41))));
         const real nt1_67 = (nt1_66 ? (((real)1.0) / nt1_37) : MC_NAN);
@@ -3527,24 +3575,24 @@ MC_INLINE void newton_1_iterate(
         const real nt1_99 = (nt1_85 - (nt1_70 * nt1_98));
         const real nt1_100 = (nt1_86 - (nt1_71 * nt1_98));
         const real nt1_101 = (nt1_87 - (nt1_72 * nt1_98));
-        const int nt1_102 = ((fabs(ncse_90) >= (((real)1e-12) * fabs(nt1_7))) & (fabs(ncse_90) >= (((real)1e-12) * fabs(nt1_8))));
-        const real nt1_103 = (nt1_102 ? (((real)1.0) / ncse_90) : MC_NAN);
+        const int nt1_102 = ((fabs(ncse_91) >= (((real)1e-12) * fabs(nt1_7))) & (fabs(ncse_91) >= (((real)1e-12) * fabs(nt1_8))));
+        const real nt1_103 = (nt1_102 ? (((real)1.0) / ncse_91) : MC_NAN);
         const real nt1_104 = (nt1_16 * nt1_103);
         const real nt1_105 = (nt1_91 - (nt1_7 * nt1_104));
         const real nt1_106 = (nt1_93 - (nt1_8 * nt1_104));
         const real nt1_107 = (nt1_28 * nt1_103);
         const real nt1_108 = (nt1_99 - (nt1_7 * nt1_107));
         const real nt1_109 = (nt1_101 - (nt1_8 * nt1_107));
-        const int nt1_110 = ((fabs(ncse_90) >= (((real)1e-12) * fabs(nt1_9))) & (fabs(ncse_90) >= (((real)1e-12) * fabs(nt1_10))));
-        const real nt1_111 = (nt1_110 ? (((real)1.0) / ncse_90) : MC_NAN);
+        const int nt1_110 = ((fabs(ncse_91) >= (((real)1e-12) * fabs(nt1_9))) & (fabs(ncse_91) >= (((real)1e-12) * fabs(nt1_10))));
+        const real nt1_111 = (nt1_110 ? (((real)1.0) / ncse_91) : MC_NAN);
         const real nt1_112 = (nt1_17 * nt1_111);
         const real nt1_113 = (nt1_105 - (nt1_9 * nt1_112));
         const real nt1_114 = (nt1_106 - (nt1_10 * nt1_112));
         const real nt1_115 = (nt1_29 * nt1_111);
         const real nt1_116 = (nt1_108 - (nt1_9 * nt1_115));
         const real nt1_117 = (nt1_109 - (nt1_10 * nt1_115));
-        const int nt1_118 = ((fabs(ncse_90) >= (((real)1e-12) * fabs(nt1_11))) & (fabs(ncse_90) >= (((real)1e-12) * fabs(nt1_12))));
-        const real nt1_119 = (nt1_118 ? (((real)1.0) / ncse_90) : MC_NAN);
+        const int nt1_118 = ((fabs(ncse_91) >= (((real)1e-12) * fabs(nt1_11))) & (fabs(ncse_91) >= (((real)1e-12) * fabs(nt1_12))));
+        const real nt1_119 = (nt1_118 ? (((real)1.0) / ncse_91) : MC_NAN);
         const real nt1_120 = (nt1_18 * nt1_119);
         const real nt1_121 = (nt1_113 - (nt1_11 * nt1_120));
         const real nt1_122 = (nt1_114 - (nt1_12 * nt1_120));
@@ -3602,7 +3650,7 @@ MC_INLINE void newton_1_iterate(
         const real nt1_174 = (nt1_103 * (nt1_142 - (nt1_7 * nt1_171) - (nt1_8 * nt1_169)));
         const real nt1_175 = (nt1_89 * (nt1_153 - (nt1_70 * nt1_171) - (nt1_71 * nt1_170) - (nt1_72 * nt1_169)));
         const real nt1_176 = (nt1_67 * (nt1_148 - (nt1_38 * nt1_175) - (nt1_39 * nt1_171) - (nt1_40 * nt1_170) - (nt1_41 * nt1_169)));
-        const real nt1_177 = (nt1_35 * (nt1_139 - (ncse_77 * nt1_176) - (ncse_77 * nt1_175) - (ncse_85 * nt1_170) - (nt1_1 * nt1_171) - (nt1_2 * nt1_169)));
+        const real nt1_177 = (nt1_35 * (nt1_139 - (ncse_78 * nt1_176) - (ncse_78 * nt1_175) - (ncse_86 * nt1_170) - (nt1_1 * nt1_171) - (nt1_2 * nt1_169)));
         const real nt1_dx_0 = nt1_177;
         const real nt1_dx_1 = nt1_176;
         const real nt1_dx_2 = nt1_175;
@@ -3622,95 +3670,95 @@ MC_INLINE void newton_1_iterate(
         if (V & 2) v_state_internal_phi[l] = mc_act[l] ? v_state_internal_phi[l] + nt1_dx_7 : v_state_internal_phi[l];
         if (V & 2) v_state_internal_gamma_rate[l] = mc_act[l] ? v_state_internal_gamma_rate[l] + nt1_dx_8 : v_state_internal_gamma_rate[l];
         if (V & 2) v_gtn_return_map_iterations[l] = v_gtn_return_map_iterations[l] + mc_act[l];
-        if (V & 1) mc_A[0 * MC_W + l] = ncse_75;
-        if (V & 1) mc_A[1 * MC_W + l] = ncse_77;
-        if (V & 1) mc_A[2 * MC_W + l] = ncse_77;
+        if (V & 1) mc_A[0 * MC_W + l] = ncse_76;
+        if (V & 1) mc_A[1 * MC_W + l] = ncse_78;
+        if (V & 1) mc_A[2 * MC_W + l] = ncse_78;
         if (V & 1) mc_A[3 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[4 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[5 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[6 * MC_W + l] = (ncse_80 * ncse_81);
-        if (V & 1) mc_A[7 * MC_W + l] = ncse_85;
-        if (V & 1) mc_A[8 * MC_W + l] = (ncse_28 * ncse_73);
+        if (V & 1) mc_A[6 * MC_W + l] = (ncse_81 * ncse_82);
+        if (V & 1) mc_A[7 * MC_W + l] = ncse_86;
+        if (V & 1) mc_A[8 * MC_W + l] = (ncse_29 * ncse_74);
         if (V & 1) mc_B[0 * MC_W + l] = (-nt1_r_0);
-        if (V & 1) mc_A[9 * MC_W + l] = ncse_77;
-        if (V & 1) mc_A[10 * MC_W + l] = ncse_75;
-        if (V & 1) mc_A[11 * MC_W + l] = ncse_77;
+        if (V & 1) mc_A[9 * MC_W + l] = ncse_78;
+        if (V & 1) mc_A[10 * MC_W + l] = ncse_76;
+        if (V & 1) mc_A[11 * MC_W + l] = ncse_78;
         if (V & 1) mc_A[12 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[13 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[14 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[15 * MC_W + l] = (ncse_81 * ncse_87);
-        if (V & 1) mc_A[16 * MC_W + l] = ncse_85;
-        if (V & 1) mc_A[17 * MC_W + l] = (ncse_31 * ncse_73);
+        if (V & 1) mc_A[15 * MC_W + l] = (ncse_82 * ncse_88);
+        if (V & 1) mc_A[16 * MC_W + l] = ncse_86;
+        if (V & 1) mc_A[17 * MC_W + l] = (ncse_32 * ncse_74);
         if (V & 1) mc_B[1 * MC_W + l] = (-nt1_r_1);
-        if (V & 1) mc_A[18 * MC_W + l] = ncse_77;
-        if (V & 1) mc_A[19 * MC_W + l] = ncse_77;
-        if (V & 1) mc_A[20 * MC_W + l] = ncse_75;
+        if (V & 1) mc_A[18 * MC_W + l] = ncse_78;
+        if (V & 1) mc_A[19 * MC_W + l] = ncse_78;
+        if (V & 1) mc_A[20 * MC_W + l] = ncse_76;
         if (V & 1) mc_A[21 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[22 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[23 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[24 * MC_W + l] = (ncse_81 * ncse_89);
-        if (V & 1) mc_A[25 * MC_W + l] = ncse_85;
-        if (V & 1) mc_A[26 * MC_W + l] = (ncse_34 * ncse_73);
+        if (V & 1) mc_A[24 * MC_W + l] = (ncse_82 * ncse_90);
+        if (V & 1) mc_A[25 * MC_W + l] = ncse_86;
+        if (V & 1) mc_A[26 * MC_W + l] = (ncse_35 * ncse_74);
         if (V & 1) mc_B[2 * MC_W + l] = (-nt1_r_2);
         if (V & 1) mc_A[27 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[28 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[29 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[30 * MC_W + l] = ncse_90;
+        if (V & 1) mc_A[30 * MC_W + l] = ncse_91;
         if (V & 1) mc_A[31 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[32 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[33 * MC_W + l] = (-ncse_37 * ncse_92);
+        if (V & 1) mc_A[33 * MC_W + l] = (-ncse_38 * ncse_93);
         if (V & 1) mc_A[34 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[35 * MC_W + l] = (ncse_37 * ncse_93);
+        if (V & 1) mc_A[35 * MC_W + l] = (ncse_38 * ncse_94);
         if (V & 1) mc_B[3 * MC_W + l] = (-nt1_r_3);
         if (V & 1) mc_A[36 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[37 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[38 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[39 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[40 * MC_W + l] = ncse_90;
+        if (V & 1) mc_A[40 * MC_W + l] = ncse_91;
         if (V & 1) mc_A[41 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[42 * MC_W + l] = (-ncse_43 * ncse_92);
+        if (V & 1) mc_A[42 * MC_W + l] = (-ncse_44 * ncse_93);
         if (V & 1) mc_A[43 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[44 * MC_W + l] = (ncse_43 * ncse_93);
+        if (V & 1) mc_A[44 * MC_W + l] = (ncse_44 * ncse_94);
         if (V & 1) mc_B[4 * MC_W + l] = (-nt1_r_4);
         if (V & 1) mc_A[45 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[46 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[47 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[48 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[49 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[50 * MC_W + l] = ncse_90;
-        if (V & 1) mc_A[51 * MC_W + l] = (-ncse_45 * ncse_92);
+        if (V & 1) mc_A[50 * MC_W + l] = ncse_91;
+        if (V & 1) mc_A[51 * MC_W + l] = (-ncse_46 * ncse_93);
         if (V & 1) mc_A[52 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[53 * MC_W + l] = (ncse_45 * ncse_93);
+        if (V & 1) mc_A[53 * MC_W + l] = (ncse_46 * ncse_94);
         if (V & 1) mc_B[5 * MC_W + l] = (-nt1_r_5);
-        if (V & 1) mc_A[54 * MC_W + l] = (ncse_74 * (-ncse_94 - ncse_95 + (ncse_70 * ncse_79)));
-        if (V & 1) mc_A[55 * MC_W + l] = (ncse_74 * (-ncse_94 - ncse_96 + (ncse_70 * ncse_86)));
-        if (V & 1) mc_A[56 * MC_W + l] = (ncse_74 * (-ncse_95 - ncse_96 + (ncse_70 * ncse_88)));
-        if (V & 1) mc_A[57 * MC_W + l] = (-ncse_97 * ncse_98);
-        if (V & 1) mc_A[58 * MC_W + l] = (-ncse_43 * ncse_99);
-        if (V & 1) mc_A[59 * MC_W + l] = (-ncse_45 * ncse_99);
-        if (V & 1) mc_A[60 * MC_W + l] = (((real)1.0) + (ncse_81 * (-(((real)6.0) * ncse_100 * ncse_53) - (ncse_100 * ncse_67 * (ncse_21 * ncse_21)) - (ncse_21 * ncse_46 * ncse_55))));
-        if (V & 1) mc_A[61 * MC_W + l] = (p_q2 * ncse_21 * ncse_5 * ncse_84);
-        if (V & 1) mc_A[62 * MC_W + l] = (ncse_56 * ncse_73);
+        if (V & 1) mc_A[54 * MC_W + l] = (ncse_75 * (-ncse_95 - ncse_96 + (ncse_71 * ncse_80)));
+        if (V & 1) mc_A[55 * MC_W + l] = (ncse_75 * (-ncse_95 - ncse_97 + (ncse_71 * ncse_87)));
+        if (V & 1) mc_A[56 * MC_W + l] = (ncse_75 * (-ncse_96 - ncse_97 + (ncse_71 * ncse_89)));
+        if (V & 1) mc_A[57 * MC_W + l] = (-ncse_98 * ncse_99);
+        if (V & 1) mc_A[58 * MC_W + l] = (-ncse_100 * ncse_44);
+        if (V & 1) mc_A[59 * MC_W + l] = (-ncse_100 * ncse_46);
+        if (V & 1) mc_A[60 * MC_W + l] = (((real)1.0) + (ncse_82 * (-(((real)6.0) * ncse_101 * ncse_54) - (ncse_101 * ncse_68 * (ncse_21 * ncse_21)) - (ncse_21 * ncse_47 * ncse_56))));
+        if (V & 1) mc_A[61 * MC_W + l] = (p_q2 * ncse_21 * ncse_5 * ncse_85);
+        if (V & 1) mc_A[62 * MC_W + l] = (ncse_57 * ncse_74);
         if (V & 1) mc_B[6 * MC_W + l] = (-nt1_r_6);
-        if (V & 1) mc_A[63 * MC_W + l] = ncse_102;
-        if (V & 1) mc_A[64 * MC_W + l] = ncse_102;
-        if (V & 1) mc_A[65 * MC_W + l] = ncse_102;
+        if (V & 1) mc_A[63 * MC_W + l] = ncse_103;
+        if (V & 1) mc_A[64 * MC_W + l] = ncse_103;
+        if (V & 1) mc_A[65 * MC_W + l] = ncse_103;
         if (V & 1) mc_A[66 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[67 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[68 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[69 * MC_W + l] = (ncse_73 * ((ncse_103 * ncse_80) + (ncse_103 * ncse_87) + (ncse_103 * ncse_89)));
-        if (V & 1) mc_A[70 * MC_W + l] = (((real)1.0) + (ncse_73 * (-ncse_58 + (((real)3.0) * p_q1 * p_q2 * ncse_13 * ncse_24 * ncse_57 * ncse_82 * state_internal_gamma_rate))));
-        if (V & 1) mc_A[71 * MC_W + l] = (ncse_73 * ((ncse_28 * ncse_57) + (ncse_31 * ncse_57) + (ncse_34 * ncse_57)));
+        if (V & 1) mc_A[69 * MC_W + l] = (ncse_74 * ((ncse_104 * ncse_81) + (ncse_104 * ncse_88) + (ncse_104 * ncse_90)));
+        if (V & 1) mc_A[70 * MC_W + l] = (((real)1.0) + (ncse_74 * (-ncse_59 + (((real)3.0) * p_q1 * p_q2 * ncse_13 * ncse_24 * ncse_58 * ncse_83 * state_internal_gamma_rate))));
+        if (V & 1) mc_A[71 * MC_W + l] = (ncse_74 * ((ncse_29 * ncse_58) + (ncse_32 * ncse_58) + (ncse_35 * ncse_58)));
         if (V & 1) mc_B[7 * MC_W + l] = (-nt1_r_7);
-        if (V & 1) mc_A[72 * MC_W + l] = (ncse_105 * (-ncse_106 - ncse_107 + (ncse_28 * ncse_70)));
-        if (V & 1) mc_A[73 * MC_W + l] = (ncse_105 * (-ncse_106 - ncse_108 + (ncse_31 * ncse_70)));
-        if (V & 1) mc_A[74 * MC_W + l] = (ncse_105 * (-ncse_107 - ncse_108 + (ncse_34 * ncse_70)));
-        if (V & 1) mc_A[75 * MC_W + l] = (-ncse_109 * ncse_97);
-        if (V & 1) mc_A[76 * MC_W + l] = (-ncse_110 * ncse_43);
-        if (V & 1) mc_A[77 * MC_W + l] = (-ncse_110 * ncse_45);
-        if (V & 1) mc_A[78 * MC_W + l] = (-p_K * ncse_105 * ncse_56);
-        if (V & 1) mc_A[79 * MC_W + l] = (ncse_105 * ((ncse_60 * ncse_83) - (((real)2.0) * p_q3 * state_internal_phi)));
-        if (V & 1) mc_A[80 * MC_W + l] = (ncse_104 * ncse_3 * ncse_63);
+        if (V & 1) mc_A[72 * MC_W + l] = (ncse_106 * (-ncse_107 - ncse_108 + (ncse_29 * ncse_71)));
+        if (V & 1) mc_A[73 * MC_W + l] = (ncse_106 * (-ncse_107 - ncse_109 + (ncse_32 * ncse_71)));
+        if (V & 1) mc_A[74 * MC_W + l] = (ncse_106 * (-ncse_108 - ncse_109 + (ncse_35 * ncse_71)));
+        if (V & 1) mc_A[75 * MC_W + l] = (-ncse_110 * ncse_98);
+        if (V & 1) mc_A[76 * MC_W + l] = (-ncse_111 * ncse_44);
+        if (V & 1) mc_A[77 * MC_W + l] = (-ncse_111 * ncse_46);
+        if (V & 1) mc_A[78 * MC_W + l] = (-p_K * ncse_106 * ncse_57);
+        if (V & 1) mc_A[79 * MC_W + l] = (ncse_106 * ((ncse_61 * ncse_84) - (((real)2.0) * p_q3 * state_internal_phi)));
+        if (V & 1) mc_A[80 * MC_W + l] = (ncse_105 * ncse_3 * ncse_64);
         if (V & 1) mc_B[8 * MC_W + l] = (-nt1_r_8);
     }
     if (V & 1) {
@@ -3748,7 +3796,8 @@ static void newton_1(
     real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_ep,
     real *restrict v_state_internal_phi, real *restrict v_state_internal_gamma_rate,
     int *restrict v_gtn_return_map_converged, int *restrict v_gtn_return_map_iterations,
-    real *restrict v_gtn_return_map_residual_norm, const mc_args *restrict a) {
+    real *restrict v_gtn_return_map_residual_norm, real *restrict v_nx_0, real *restrict v_nx_1,
+    real *restrict v_nx_2, real *restrict v_nx_3, const mc_args *restrict a) {
     newton_1_iterate(
         v_p_E, v_p_K, v_p_nu, v_p_q1, v_p_q2, v_p_q3, v_p_sigma_y, v_forces_E_0, v_forces_E_1,
         v_forces_E_2, v_forces_E_3, v_forces_E_4, v_forces_E_5, v_forces_t, v_old_forces_t,
@@ -3757,7 +3806,8 @@ static void newton_1(
         v_old_state_internal_ep, v_old_state_internal_phi, 0, v_state_internal_Ep_0,
         v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4,
         v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_phi, v_state_internal_gamma_rate,
-        v_gtn_return_map_converged, v_gtn_return_map_iterations, v_gtn_return_map_residual_norm, a, 2);
+        v_gtn_return_map_converged, v_gtn_return_map_iterations, v_gtn_return_map_residual_norm,
+        v_nx_0, v_nx_1, v_nx_2, v_nx_3, a, 2);
 }
 static void newton_1_lu(
     const real *restrict v_p_E, const real *restrict v_p_K, const real *restrict v_p_nu,
@@ -3777,6 +3827,7 @@ static void newton_1_lu(
     real *restrict v_state_internal_ep, real *restrict v_state_internal_phi,
     real *restrict v_state_internal_gamma_rate, int *restrict v_gtn_return_map_converged,
     int *restrict v_gtn_return_map_iterations, real *restrict v_gtn_return_map_residual_norm,
+    real *restrict v_nx_0, real *restrict v_nx_1, real *restrict v_nx_2, real *restrict v_nx_3,
     const mc_args *restrict a) {
     newton_1_iterate(
         v_p_E, v_p_K, v_p_nu, v_p_q1, v_p_q2, v_p_q3, v_p_sigma_y, v_forces_E_0, v_forces_E_1,
@@ -3786,7 +3837,8 @@ static void newton_1_lu(
         v_old_state_internal_ep, v_old_state_internal_phi, mc_redo, v_state_internal_Ep_0,
         v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4,
         v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_phi, v_state_internal_gamma_rate,
-        v_gtn_return_map_converged, v_gtn_return_map_iterations, v_gtn_return_map_residual_norm, a, 1);
+        v_gtn_return_map_converged, v_gtn_return_map_iterations, v_gtn_return_map_residual_norm,
+        v_nx_0, v_nx_1, v_nx_2, v_nx_3, a, 1);
 }
 
 MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int nl, const int V) {
@@ -3848,22 +3900,22 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         v_state_internal_Ep_0[MC_W], v_state_internal_Ep_1[MC_W], v_state_internal_Ep_2[MC_W],
         v_state_internal_Ep_3[MC_W], v_state_internal_Ep_4[MC_W], v_state_internal_Ep_5[MC_W],
         v_state_internal_ep[MC_W], v_state_internal_phi[MC_W], v_state_internal_gamma_rate[MC_W],
-        v_gtn_return_map_residual_norm[MC_W], v_cse_0[MC_W], v_cse_1[MC_W], v_cse_2[MC_W],
-        v_cse_4[MC_W], v_cse_5[MC_W], v_cse_7[MC_W], v_cse_8[MC_W], v_cse_10[MC_W], v_cse_11[MC_W],
-        v_cse_12[MC_W], v_cse_16[MC_W], v_state_S_3[MC_W], v_cse_18[MC_W], v_state_S_4[MC_W],
-        v_cse_20[MC_W], v_state_S_5[MC_W], v_cse_22[MC_W], v_cse_25[MC_W], v_cse_26[MC_W],
-        v_cse_43[MC_W], v_cse_86[MC_W], v_cse_119[MC_W], v_cse_118[MC_W], v_cse_122[MC_W],
-        v_cse_123[MC_W], v_cse_125[MC_W], v_cse_126[MC_W], v_cse_127[MC_W], v_cse_131[MC_W],
-        v_cse_133[MC_W], v_cse_135[MC_W], v_cse_136[MC_W], v_cse_137[MC_W], v_cse_143[MC_W],
-        v_cse_146[MC_W], v_cse_147[MC_W], v_cse_150[MC_W], v_cse_152[MC_W], v_cse_156[MC_W],
-        v_cse_159[MC_W], v_cse_161[MC_W], v_cse_163[MC_W], v_cse_164[MC_W], v_cse_166[MC_W],
-        v_cse_168[MC_W], v_cse_169[MC_W], v_cse_170[MC_W], v_cse_171[MC_W], v_cse_174[MC_W],
-        v_cse_176[MC_W], v_cse_178[MC_W], v_cse_179[MC_W], v_cse_186[MC_W], v_cse_195[MC_W],
-        v_cse_196[MC_W], v_cse_197[MC_W], v_cse_199[MC_W], v_cse_201[MC_W], v_cse_206[MC_W],
-        v_cse_207[MC_W], v_cse_208[MC_W], v_cse_209[MC_W], v_cse_210[MC_W], v_cse_213[MC_W],
-        v_cse_214[MC_W], v_cse_215[MC_W], v_cse_216[MC_W], v_cse_217[MC_W], v_cse_218[MC_W],
-        v_cse_219[MC_W], v_cse_220[MC_W], v_cse_221[MC_W], v_cse_223[MC_W], v_cse_224[MC_W],
-        v_cse_225[MC_W], v_cse_237[MC_W], v_cse_278[MC_W], v_cse_78[MC_W], v_cse_80[MC_W],
+        v_gtn_return_map_residual_norm[MC_W], v_nx_0[MC_W], v_nx_1[MC_W], v_nx_2[MC_W], v_nx_3[MC_W],
+        v_cse_0[MC_W], v_cse_1[MC_W], v_cse_2[MC_W], v_cse_4[MC_W], v_cse_5[MC_W], v_cse_7[MC_W],
+        v_cse_8[MC_W], v_cse_10[MC_W], v_cse_11[MC_W], v_cse_12[MC_W], v_cse_16[MC_W],
+        v_state_S_3[MC_W], v_cse_18[MC_W], v_state_S_4[MC_W], v_cse_20[MC_W], v_state_S_5[MC_W],
+        v_cse_22[MC_W], v_cse_25[MC_W], v_cse_26[MC_W], v_cse_43[MC_W], v_cse_86[MC_W],
+        v_cse_118[MC_W], v_cse_120[MC_W], v_cse_123[MC_W], v_cse_125[MC_W], v_cse_127[MC_W],
+        v_cse_128[MC_W], v_cse_129[MC_W], v_cse_136[MC_W], v_cse_139[MC_W], v_cse_141[MC_W],
+        v_cse_143[MC_W], v_cse_145[MC_W], v_cse_149[MC_W], v_cse_151[MC_W], v_cse_153[MC_W],
+        v_cse_155[MC_W], v_cse_157[MC_W], v_cse_158[MC_W], v_cse_160[MC_W], v_cse_162[MC_W],
+        v_cse_163[MC_W], v_cse_164[MC_W], v_cse_165[MC_W], v_cse_168[MC_W], v_cse_170[MC_W],
+        v_cse_172[MC_W], v_cse_173[MC_W], v_cse_180[MC_W], v_cse_187[MC_W], v_cse_189[MC_W],
+        v_cse_190[MC_W], v_cse_191[MC_W], v_cse_193[MC_W], v_cse_195[MC_W], v_cse_200[MC_W],
+        v_cse_201[MC_W], v_cse_202[MC_W], v_cse_203[MC_W], v_cse_204[MC_W], v_cse_207[MC_W],
+        v_cse_208[MC_W], v_cse_209[MC_W], v_cse_210[MC_W], v_cse_211[MC_W], v_cse_212[MC_W],
+        v_cse_213[MC_W], v_cse_214[MC_W], v_cse_215[MC_W], v_cse_216[MC_W], v_cse_218[MC_W],
+        v_cse_219[MC_W], v_cse_231[MC_W], v_cse_270[MC_W], v_cse_78[MC_W], v_cse_80[MC_W],
         v_cse_81[MC_W], v_cse_82[MC_W], v_cse_83[MC_W], v_cse_84[MC_W], v_cse_88[MC_W], v_cse_90[MC_W],
         v_cse_92[MC_W], v_cse_94[MC_W], v_cse_97[MC_W], v_cse_98[MC_W], v_cse_99[MC_W],
         v_cse_100[MC_W], v_cse_101[MC_W];
@@ -3876,7 +3928,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         (v_x3 + 5 * MC_W), (v_x4 + 0 * MC_W), (v_x5 + 0 * MC_W), v_state_internal_Ep_0,
         v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4,
         v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_phi, v_state_internal_gamma_rate,
-        v_gtn_return_map_converged, v_gtn_return_map_iterations, v_gtn_return_map_residual_norm, a);
+        v_gtn_return_map_converged, v_gtn_return_map_iterations, v_gtn_return_map_residual_norm,
+        v_nx_0, v_nx_1, v_nx_2, v_nx_3, a);
     {  /* lanes whose unrolled Newton failed: again with the LU's partial pivoting */
         int mc_redo[MC_W], mc_fail = 0;
         MC_LANES { mc_redo[l] = v_gtn_return_map_converged[l] == 0; mc_fail |= mc_redo[l]; }
@@ -3888,7 +3941,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             (v_x3 + 5 * MC_W), (v_x4 + 0 * MC_W), (v_x5 + 0 * MC_W), mc_redo, v_state_internal_Ep_0,
             v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4,
             v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_phi, v_state_internal_gamma_rate,
-            v_gtn_return_map_converged, v_gtn_return_map_iterations, v_gtn_return_map_residual_norm, a);
+            v_gtn_return_map_converged, v_gtn_return_map_iterations, v_gtn_return_map_residual_norm,
+            v_nx_0, v_nx_1, v_nx_2, v_nx_3, a);
     }
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
@@ -3909,12 +3963,16 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real p_K = MC_P(3, (v_p + 3 * MC_W)[l]);
         const real p_sigma_y = MC_P(4, (v_p + 4 * MC_W)[l]);
         const real state_internal_ep = v_state_internal_ep[l];
-        const real p_q2 = MC_P(6, (v_p + 6 * MC_W)[l]);
-        const real state_internal_phi = v_state_internal_phi[l];
         const real p_q1 = MC_P(5, (v_p + 5 * MC_W)[l]);
+        const real nx_1 = v_nx_1[l];
+        const real nx_0 = v_nx_0[l];
+        const real p_q2 = MC_P(6, (v_p + 6 * MC_W)[l]);
         const real forces_t = (v_x1 + 0 * MC_W)[l];
         const real old_forces_t = (v_x2 + 0 * MC_W)[l];
         const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
+        const real nx_2 = v_nx_2[l];
+        const real state_internal_phi = v_state_internal_phi[l];
+        const real nx_3 = v_nx_3[l];
         const real p_q3 = MC_P(7, (v_p + 7 * MC_W)[l]);
         const real cse_0 = (forces_E_0 - state_internal_Ep_0);
         const real cse_1 = (forces_E_1 - state_internal_Ep_1);
@@ -3953,270 +4011,264 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_43 = (-cse_5);
         const real cse_86 = (cse_4 * cse_4);
         const real cse_117 = (p_sigma_y + (p_K * state_internal_ep));
-        const real cse_119 = (((real)1.0) / cse_117);
-        const real cse_118 = (cse_119 * cse_119);
-        const real cse_120 = (p_q2 * cse_119);
-        const real cse_121 = (cse_14 + cse_15);
-        const real cse_122 = (cse_121 + cse_6 + (((real)3.0) * cse_13));
-        const real cse_123 = (((real)0.5) * cse_122);
-        const real cse_124 = (cse_120 * cse_123);
-        const real cse_125 = mc_cosh(cse_124);
-        const real cse_126 = mc_pos(state_internal_phi);
-        const real cse_127 = (p_q1 * cse_126);
-        const real cse_128 = (cse_125 * cse_127 * (p_q2 * p_q2));
-        const real cse_129 = (((real)0.5) * cse_128);
-        const real cse_130 = (cse_118 * cse_129);
-        const real cse_131 = (cse_130 - cse_118);
-        const real cse_132 = (cse_10 * cse_131 * cse_5 * cse_8);
-        const real cse_133 = (cse_130 + (((real)2.0) * cse_118));
-        const real cse_134 = (-cse_132 + (cse_133 * cse_26));
-        const real cse_135 = (forces_t - old_forces_t);
-        const real cse_136 = (-cse_135);
-        const real cse_137 = (cse_136 * state_internal_gamma_rate);
-        const real cse_138 = (((real)1.0) + (cse_134 * cse_137));
-        const real cse_139 = ((cse_12 * cse_131) + (cse_12 * cse_133));
-        const real cse_140 = (-cse_139 + (cse_131 * cse_26));
-        const real cse_141 = (cse_137 * cse_140);
-        const real cse_142 = (-cse_121 + (((real)2.0) * p_E * cse_0 * cse_4));
-        const real cse_143 = (cse_119 * cse_119 * cse_119);
-        const real cse_144 = (((real)2.0) * cse_143);
-        const real cse_145 = mc_sinh(cse_124);
-        const real cse_146 = (cse_127 * cse_145);
-        const real cse_147 = (cse_118 * cse_146);
-        const real cse_148 = (p_q2 * cse_147);
-        const real cse_149 = (cse_148 + (cse_123 * cse_128 * cse_143));
-        const real cse_150 = (cse_149 + (cse_142 * cse_144));
-        const real cse_151 = (-cse_150);
-        const real cse_152 = (cse_137 * cse_151);
-        const real cse_153 = (state_internal_phi > 0 ? 1 : 0);
-        const real cse_154 = (p_q1 * cse_153);
-        const real cse_155 = (cse_137 * cse_145);
-        const real cse_156 = (cse_120 * cse_155);
-        const real cse_157 = (cse_154 * cse_156);
-        const real cse_158 = (cse_120 * cse_146);
-        const real cse_159 = (cse_158 + (cse_118 * cse_142));
-        const real cse_160 = (-cse_15 - cse_6 + (((real)2.0) * p_E * cse_1 * cse_4));
-        const real cse_161 = (cse_149 + (cse_144 * cse_160));
-        const real cse_162 = (-cse_161);
-        const real cse_163 = (cse_137 * cse_162);
-        const real cse_164 = (cse_158 + (cse_118 * cse_160));
-        const real cse_165 = (-cse_14 - cse_6 + (((real)2.0) * p_E * cse_2 * cse_4));
-        const real cse_166 = (cse_149 + (cse_144 * cse_165));
-        const real cse_167 = (-cse_166);
-        const real cse_168 = (cse_137 * cse_167);
-        const real cse_169 = (cse_158 + (cse_118 * cse_165));
-        const real cse_170 = (((real)3.0) * cse_118);
-        const real cse_171 = (cse_137 * cse_170);
-        const real cse_172 = (cse_171 * cse_5);
-        const real cse_173 = (((real)1.0) - cse_172);
-        const real cse_174 = (((real)6.0) * cse_143);
-        const real cse_175 = (cse_137 * cse_174);
-        const real cse_176 = (cse_175 * state_S_3);
-        const real cse_177 = (cse_136 * cse_170);
-        const real cse_178 = (cse_175 * state_S_4);
-        const real cse_179 = (cse_175 * state_S_5);
-        const real cse_180 = (cse_12 * cse_166);
-        const real cse_181 = (cse_12 * cse_161);
-        const real cse_182 = (cse_180 + cse_181);
-        const real cse_183 = (cse_12 * cse_150);
-        const real cse_184 = (cse_180 + cse_183);
-        const real cse_185 = (cse_181 + cse_183);
-        const real cse_186 = (p_E * p_E);
-        const real cse_187 = (cse_186 * cse_86);
-        const real cse_188 = (cse_16 * cse_187);
-        const real cse_189 = (-cse_175 * cse_188);
-        const real cse_190 = (cse_175 * cse_187);
-        const real cse_191 = (-cse_18 * cse_190);
-        const real cse_192 = (-cse_190 * cse_20);
-        const real cse_193 = (p_q2 * cse_122);
-        const real cse_194 = (cse_119 * cse_119 * cse_119 * cse_119);
-        const real cse_195 = (cse_122 * cse_122);
-        const real cse_196 = (cse_16 * cse_16);
-        const real cse_197 = (cse_186 * cse_196);
-        const real cse_198 = (((real)1.5) * cse_86);
-        const real cse_199 = (cse_18 * cse_18);
-        const real cse_200 = (cse_186 * cse_198);
-        const real cse_201 = (cse_20 * cse_20);
-        const real cse_202 = (((real)0.3333333333333333) * cse_6);
-        const real cse_203 = (((real)0.3333333333333333) * cse_14);
-        const real cse_204 = (((real)0.3333333333333333) * cse_15);
-        const real cse_283 = (-cse_202 - cse_203 + (((real)0.6666666666666666) * p_E * cse_2 * cse_4));
-        const real cse_284 = (-cse_202 - cse_204 + (((real)0.6666666666666666) * p_E * cse_1 * cse_4));
-        const real cse_285 = (-cse_203 - cse_204 + (((real)0.6666666666666666) * p_E * cse_0 * cse_4));
-        const real cse_205 = ((((real)1.5) * (cse_283 * cse_283)) + (((real)1.5) * (cse_284 * cse_284)) + (((real)1.5) * (cse_285 * cse_285)) + (cse_197 * cse_198) + (cse_199 * cse_200) + (cse_200 * cse_201));
-        const real cse_206 = (cse_137 * (-(((real)6.0) * cse_194 * cse_205) - (cse_129 * cse_194 * cse_195) - (cse_144 * cse_146 * cse_193)));
-        const real cse_207 = (cse_118 * cse_155 * cse_193);
-        const real cse_208 = ((cse_122 * cse_148) + (cse_144 * cse_205));
-        const real cse_209 = (((real)1.0) - state_internal_phi);
-        const real cse_210 = (cse_209 * state_internal_gamma_rate);
-        const real cse_211 = (((real)2.0) * cse_210);
-        const real cse_212 = (cse_136 * ((cse_134 * cse_210) + (cse_140 * cse_211)));
-        const real cse_213 = (cse_167 * cse_210);
-        const real cse_214 = (cse_162 * cse_210);
-        const real cse_215 = (cse_151 * cse_210);
-        const real cse_216 = (cse_169 * state_internal_gamma_rate);
-        const real cse_217 = (cse_164 * state_internal_gamma_rate);
-        const real cse_218 = (cse_159 * state_internal_gamma_rate);
-        const real cse_219 = (cse_216 + cse_217 + cse_218);
-        const real cse_220 = (state_internal_phi * state_internal_phi);
-        const real cse_221 = (((real)1.0) / (p_sigma_y * p_sigma_y));
-        const real cse_222 = (p_E * cse_135 * cse_221);
-        const real cse_223 = (((real)2.0) * cse_125);
-        const real cse_224 = ((((real)1.0) + (p_q3 * cse_220) - (cse_118 * cse_205) - (cse_127 * cse_223) - (cse_222 * state_internal_gamma_rate)) > 0 ? 1 : 0);
-        const real cse_225 = (-((real)1.0) + cse_224);
-        const real cse_226 = (cse_12 * cse_169);
-        const real cse_227 = (cse_12 * cse_164);
-        const real cse_228 = (cse_226 + cse_227);
-        const real cse_229 = (cse_12 * cse_159);
-        const real cse_230 = (cse_226 + cse_229);
-        const real cse_231 = (cse_227 + cse_229);
-        const real cse_232 = (cse_170 * cse_225);
-        const real cse_233 = (-cse_188 * cse_232);
-        const real cse_234 = (cse_187 * cse_232);
-        const real cse_235 = (-cse_18 * cse_234);
-        const real cse_236 = (-cse_20 * cse_234);
-        const real cse_237 = (-cse_208 * cse_225);
-        const real cse_238 = (cse_132 + (cse_133 * cse_25));
-        const real cse_239 = (-cse_137 * cse_238);
-        const real cse_240 = (cse_139 + (cse_131 * cse_25));
-        const real cse_241 = (-cse_137 * cse_240);
-        const real cse_264 = (-cse_172);
-        const real cse_275 = (-cse_136 * ((cse_210 * cse_238) + (cse_211 * cse_240)));
-        if (V & 14) mc_ls1_A[0 * MC_W + l] = cse_138;
-        if (V & 14) mc_ls1_A[1 * MC_W + l] = cse_141;
-        if (V & 14) mc_ls1_A[2 * MC_W + l] = cse_141;
+        const real cse_118 = (((real)1.0) / (cse_117 * cse_117));
+        const real cse_119 = (p_q1 * nx_1);
+        const real cse_120 = (((real)0.5) * cse_119 * nx_0);
+        const real cse_121 = (cse_120 * (p_q2 * p_q2));
+        const real cse_122 = (cse_118 * cse_121);
+        const real cse_123 = (cse_122 - cse_118);
+        const real cse_124 = (cse_10 * cse_123 * cse_5 * cse_8);
+        const real cse_125 = (cse_122 + (((real)2.0) * cse_118));
+        const real cse_126 = (-cse_124 + (cse_125 * cse_26));
+        const real cse_127 = (forces_t - old_forces_t);
+        const real cse_128 = (-cse_127);
+        const real cse_129 = (cse_128 * state_internal_gamma_rate);
+        const real cse_130 = (((real)1.0) + (cse_126 * cse_129));
+        const real cse_131 = ((cse_12 * cse_123) + (cse_12 * cse_125));
+        const real cse_132 = (-cse_131 + (cse_123 * cse_26));
+        const real cse_133 = (cse_129 * cse_132);
+        const real cse_134 = (cse_14 + cse_15);
+        const real cse_135 = (-cse_134 + (((real)2.0) * p_E * cse_0 * cse_4));
+        const real cse_136 = (((real)1.0) / (cse_117 * cse_117 * cse_117));
+        const real cse_137 = (((real)2.0) * cse_136);
+        const real cse_138 = (cse_119 * nx_2);
+        const real cse_139 = (cse_118 * cse_138);
+        const real cse_140 = (p_q2 * cse_139);
+        const real cse_141 = (cse_134 + cse_6 + (((real)3.0) * cse_13));
+        const real cse_142 = (cse_140 + (cse_121 * cse_136 * cse_141));
+        const real cse_143 = (cse_142 + (cse_135 * cse_137));
+        const real cse_144 = (-cse_143);
+        const real cse_145 = (cse_129 * cse_144);
+        const real cse_146 = (state_internal_phi > 0 ? 1 : 0);
+        const real cse_147 = (p_q1 * cse_146);
+        const real cse_148 = (p_q2 * cse_129 * nx_2);
+        const real cse_149 = (cse_148 * nx_3);
+        const real cse_150 = (cse_147 * cse_149);
+        const real cse_151 = (cse_138 * nx_3);
+        const real cse_152 = (p_q2 * cse_151);
+        const real cse_153 = (cse_152 + (cse_118 * cse_135));
+        const real cse_154 = (-cse_15 - cse_6 + (((real)2.0) * p_E * cse_1 * cse_4));
+        const real cse_155 = (cse_142 + (cse_137 * cse_154));
+        const real cse_156 = (-cse_155);
+        const real cse_157 = (cse_129 * cse_156);
+        const real cse_158 = (cse_152 + (cse_118 * cse_154));
+        const real cse_159 = (-cse_14 - cse_6 + (((real)2.0) * p_E * cse_2 * cse_4));
+        const real cse_160 = (cse_142 + (cse_137 * cse_159));
+        const real cse_161 = (-cse_160);
+        const real cse_162 = (cse_129 * cse_161);
+        const real cse_163 = (cse_152 + (cse_118 * cse_159));
+        const real cse_164 = (((real)3.0) * cse_118);
+        const real cse_165 = (cse_129 * cse_164);
+        const real cse_166 = (cse_165 * cse_5);
+        const real cse_167 = (((real)1.0) - cse_166);
+        const real cse_168 = (((real)6.0) * cse_136);
+        const real cse_169 = (cse_129 * cse_168);
+        const real cse_170 = (cse_169 * state_S_3);
+        const real cse_171 = (cse_128 * cse_164);
+        const real cse_172 = (cse_169 * state_S_4);
+        const real cse_173 = (cse_169 * state_S_5);
+        const real cse_174 = (cse_12 * cse_160);
+        const real cse_175 = (cse_12 * cse_155);
+        const real cse_176 = (cse_174 + cse_175);
+        const real cse_177 = (cse_12 * cse_143);
+        const real cse_178 = (cse_174 + cse_177);
+        const real cse_179 = (cse_175 + cse_177);
+        const real cse_180 = (p_E * p_E);
+        const real cse_181 = (cse_180 * cse_86);
+        const real cse_182 = (cse_16 * cse_181);
+        const real cse_183 = (-cse_169 * cse_182);
+        const real cse_184 = (cse_169 * cse_181);
+        const real cse_185 = (-cse_18 * cse_184);
+        const real cse_186 = (-cse_184 * cse_20);
+        const real cse_187 = (p_q2 * cse_141);
+        const real cse_188 = (((real)1.0) / (cse_117 * cse_117 * cse_117 * cse_117));
+        const real cse_189 = (cse_141 * cse_141);
+        const real cse_190 = (cse_16 * cse_16);
+        const real cse_191 = (cse_180 * cse_190);
+        const real cse_192 = (((real)1.5) * cse_86);
+        const real cse_193 = (cse_18 * cse_18);
+        const real cse_194 = (cse_180 * cse_192);
+        const real cse_195 = (cse_20 * cse_20);
+        const real cse_196 = (((real)0.3333333333333333) * cse_6);
+        const real cse_197 = (((real)0.3333333333333333) * cse_14);
+        const real cse_198 = (((real)0.3333333333333333) * cse_15);
+        const real cse_275 = (-cse_196 - cse_197 + (((real)0.6666666666666666) * p_E * cse_2 * cse_4));
+        const real cse_276 = (-cse_196 - cse_198 + (((real)0.6666666666666666) * p_E * cse_1 * cse_4));
+        const real cse_277 = (-cse_197 - cse_198 + (((real)0.6666666666666666) * p_E * cse_0 * cse_4));
+        const real cse_199 = ((((real)1.5) * (cse_275 * cse_275)) + (((real)1.5) * (cse_276 * cse_276)) + (((real)1.5) * (cse_277 * cse_277)) + (cse_191 * cse_192) + (cse_193 * cse_194) + (cse_194 * cse_195));
+        const real cse_200 = (cse_129 * (-(((real)6.0) * cse_188 * cse_199) - (cse_121 * cse_188 * cse_189) - (cse_137 * cse_138 * cse_187)));
+        const real cse_201 = (cse_118 * cse_141 * cse_148);
+        const real cse_202 = ((cse_137 * cse_199) + (cse_140 * cse_141));
+        const real cse_203 = (((real)1.0) - state_internal_phi);
+        const real cse_204 = (cse_203 * state_internal_gamma_rate);
+        const real cse_205 = (((real)2.0) * cse_204);
+        const real cse_206 = (cse_128 * ((cse_126 * cse_204) + (cse_132 * cse_205)));
+        const real cse_207 = (cse_161 * cse_204);
+        const real cse_208 = (cse_156 * cse_204);
+        const real cse_209 = (cse_144 * cse_204);
+        const real cse_210 = (cse_163 * state_internal_gamma_rate);
+        const real cse_211 = (cse_158 * state_internal_gamma_rate);
+        const real cse_212 = (cse_153 * state_internal_gamma_rate);
+        const real cse_213 = (cse_210 + cse_211 + cse_212);
+        const real cse_214 = (((real)2.0) * nx_0);
+        const real cse_215 = (state_internal_phi * state_internal_phi);
+        const real cse_216 = (((real)1.0) / (p_sigma_y * p_sigma_y));
+        const real cse_217 = (p_E * cse_127 * cse_216);
+        const real cse_218 = ((((real)1.0) + (p_q3 * cse_215) - (cse_118 * cse_199) - (cse_119 * cse_214) - (cse_217 * state_internal_gamma_rate)) > 0 ? 1 : 0);
+        const real cse_219 = (-((real)1.0) + cse_218);
+        const real cse_220 = (cse_12 * cse_163);
+        const real cse_221 = (cse_12 * cse_158);
+        const real cse_222 = (cse_220 + cse_221);
+        const real cse_223 = (cse_12 * cse_153);
+        const real cse_224 = (cse_220 + cse_223);
+        const real cse_225 = (cse_221 + cse_223);
+        const real cse_226 = (cse_164 * cse_219);
+        const real cse_227 = (-cse_182 * cse_226);
+        const real cse_228 = (cse_181 * cse_226);
+        const real cse_229 = (-cse_18 * cse_228);
+        const real cse_230 = (-cse_20 * cse_228);
+        const real cse_231 = (-cse_202 * cse_219);
+        const real cse_232 = (cse_124 + (cse_125 * cse_25));
+        const real cse_233 = (-cse_129 * cse_232);
+        const real cse_234 = (cse_131 + (cse_123 * cse_25));
+        const real cse_235 = (-cse_129 * cse_234);
+        const real cse_256 = (-cse_166);
+        const real cse_267 = (-cse_128 * ((cse_204 * cse_232) + (cse_205 * cse_234)));
+        if (V & 14) mc_ls1_A[0 * MC_W + l] = cse_130;
+        if (V & 14) mc_ls1_A[1 * MC_W + l] = cse_133;
+        if (V & 14) mc_ls1_A[2 * MC_W + l] = cse_133;
         if (V & 14) mc_ls1_A[3 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[4 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[5 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[6 * MC_W + l] = (p_K * cse_152);
-        if (V & 14) mc_ls1_A[7 * MC_W + l] = cse_157;
-        if (V & 14) mc_ls1_A[8 * MC_W + l] = (cse_136 * cse_159);
-        if (V & 14) mc_ls1_A[9 * MC_W + l] = cse_141;
-        if (V & 14) mc_ls1_A[10 * MC_W + l] = cse_138;
-        if (V & 14) mc_ls1_A[11 * MC_W + l] = cse_141;
+        if (V & 14) mc_ls1_A[6 * MC_W + l] = (p_K * cse_145);
+        if (V & 14) mc_ls1_A[7 * MC_W + l] = cse_150;
+        if (V & 14) mc_ls1_A[8 * MC_W + l] = (cse_128 * cse_153);
+        if (V & 14) mc_ls1_A[9 * MC_W + l] = cse_133;
+        if (V & 14) mc_ls1_A[10 * MC_W + l] = cse_130;
+        if (V & 14) mc_ls1_A[11 * MC_W + l] = cse_133;
         if (V & 14) mc_ls1_A[12 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[13 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[14 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[15 * MC_W + l] = (p_K * cse_163);
-        if (V & 14) mc_ls1_A[16 * MC_W + l] = cse_157;
-        if (V & 14) mc_ls1_A[17 * MC_W + l] = (cse_136 * cse_164);
-        if (V & 14) mc_ls1_A[18 * MC_W + l] = cse_141;
-        if (V & 14) mc_ls1_A[19 * MC_W + l] = cse_141;
-        if (V & 14) mc_ls1_A[20 * MC_W + l] = cse_138;
+        if (V & 14) mc_ls1_A[15 * MC_W + l] = (p_K * cse_157);
+        if (V & 14) mc_ls1_A[16 * MC_W + l] = cse_150;
+        if (V & 14) mc_ls1_A[17 * MC_W + l] = (cse_128 * cse_158);
+        if (V & 14) mc_ls1_A[18 * MC_W + l] = cse_133;
+        if (V & 14) mc_ls1_A[19 * MC_W + l] = cse_133;
+        if (V & 14) mc_ls1_A[20 * MC_W + l] = cse_130;
         if (V & 14) mc_ls1_A[21 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[22 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[23 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[24 * MC_W + l] = (p_K * cse_168);
-        if (V & 14) mc_ls1_A[25 * MC_W + l] = cse_157;
-        if (V & 14) mc_ls1_A[26 * MC_W + l] = (cse_136 * cse_169);
+        if (V & 14) mc_ls1_A[24 * MC_W + l] = (p_K * cse_162);
+        if (V & 14) mc_ls1_A[25 * MC_W + l] = cse_150;
+        if (V & 14) mc_ls1_A[26 * MC_W + l] = (cse_128 * cse_163);
         if (V & 14) mc_ls1_A[27 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[28 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[29 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[30 * MC_W + l] = cse_173;
+        if (V & 14) mc_ls1_A[30 * MC_W + l] = cse_167;
         if (V & 14) mc_ls1_A[31 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[32 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[33 * MC_W + l] = (-p_K * cse_176);
+        if (V & 14) mc_ls1_A[33 * MC_W + l] = (-p_K * cse_170);
         if (V & 14) mc_ls1_A[34 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[35 * MC_W + l] = (cse_177 * state_S_3);
+        if (V & 14) mc_ls1_A[35 * MC_W + l] = (cse_171 * state_S_3);
         if (V & 14) mc_ls1_A[36 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[37 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[38 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[39 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[40 * MC_W + l] = cse_173;
+        if (V & 14) mc_ls1_A[40 * MC_W + l] = cse_167;
         if (V & 14) mc_ls1_A[41 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[42 * MC_W + l] = (-p_K * cse_178);
+        if (V & 14) mc_ls1_A[42 * MC_W + l] = (-p_K * cse_172);
         if (V & 14) mc_ls1_A[43 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[44 * MC_W + l] = (cse_177 * state_S_4);
+        if (V & 14) mc_ls1_A[44 * MC_W + l] = (cse_171 * state_S_4);
         if (V & 14) mc_ls1_A[45 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[46 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[47 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[48 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[49 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[50 * MC_W + l] = cse_173;
-        if (V & 14) mc_ls1_A[51 * MC_W + l] = (-p_K * cse_179);
+        if (V & 14) mc_ls1_A[50 * MC_W + l] = cse_167;
+        if (V & 14) mc_ls1_A[51 * MC_W + l] = (-p_K * cse_173);
         if (V & 14) mc_ls1_A[52 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[53 * MC_W + l] = (cse_177 * state_S_5);
-        if (V & 14) mc_ls1_A[54 * MC_W + l] = (cse_137 * (-cse_182 + (cse_150 * cse_26)));
-        if (V & 14) mc_ls1_A[55 * MC_W + l] = (cse_137 * (-cse_184 + (cse_161 * cse_26)));
-        if (V & 14) mc_ls1_A[56 * MC_W + l] = (cse_137 * (-cse_185 + (cse_166 * cse_26)));
-        if (V & 14) mc_ls1_A[57 * MC_W + l] = cse_189;
-        if (V & 14) mc_ls1_A[58 * MC_W + l] = cse_191;
-        if (V & 14) mc_ls1_A[59 * MC_W + l] = cse_192;
-        if (V & 14) mc_ls1_A[60 * MC_W + l] = (((real)1.0) + (p_K * cse_206));
-        if (V & 14) mc_ls1_A[61 * MC_W + l] = (cse_154 * cse_207);
-        if (V & 14) mc_ls1_A[62 * MC_W + l] = (cse_136 * cse_208);
-        if (V & 14) mc_ls1_A[63 * MC_W + l] = cse_212;
-        if (V & 14) mc_ls1_A[64 * MC_W + l] = cse_212;
-        if (V & 14) mc_ls1_A[65 * MC_W + l] = cse_212;
+        if (V & 14) mc_ls1_A[53 * MC_W + l] = (cse_171 * state_S_5);
+        if (V & 14) mc_ls1_A[54 * MC_W + l] = (cse_129 * (-cse_176 + (cse_143 * cse_26)));
+        if (V & 14) mc_ls1_A[55 * MC_W + l] = (cse_129 * (-cse_178 + (cse_155 * cse_26)));
+        if (V & 14) mc_ls1_A[56 * MC_W + l] = (cse_129 * (-cse_179 + (cse_160 * cse_26)));
+        if (V & 14) mc_ls1_A[57 * MC_W + l] = cse_183;
+        if (V & 14) mc_ls1_A[58 * MC_W + l] = cse_185;
+        if (V & 14) mc_ls1_A[59 * MC_W + l] = cse_186;
+        if (V & 14) mc_ls1_A[60 * MC_W + l] = (((real)1.0) + (p_K * cse_200));
+        if (V & 14) mc_ls1_A[61 * MC_W + l] = (cse_147 * cse_201);
+        if (V & 14) mc_ls1_A[62 * MC_W + l] = (cse_128 * cse_202);
+        if (V & 14) mc_ls1_A[63 * MC_W + l] = cse_206;
+        if (V & 14) mc_ls1_A[64 * MC_W + l] = cse_206;
+        if (V & 14) mc_ls1_A[65 * MC_W + l] = cse_206;
         if (V & 14) mc_ls1_A[66 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[67 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[68 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[69 * MC_W + l] = (cse_136 * ((p_K * cse_213) + (p_K * cse_214) + (p_K * cse_215)));
-        if (V & 14) mc_ls1_A[70 * MC_W + l] = (((real)1.0) + (cse_136 * (-cse_219 + (((real)3.0) * p_q1 * p_q2 * cse_119 * cse_145 * cse_153 * cse_209 * state_internal_gamma_rate))));
-        if (V & 14) mc_ls1_A[71 * MC_W + l] = (cse_136 * ((cse_159 * cse_209) + (cse_164 * cse_209) + (cse_169 * cse_209)));
-        if (V & 14) mc_ls1_A[72 * MC_W + l] = (cse_225 * (-cse_228 + (cse_159 * cse_26)));
-        if (V & 14) mc_ls1_A[73 * MC_W + l] = (cse_225 * (-cse_230 + (cse_164 * cse_26)));
-        if (V & 14) mc_ls1_A[74 * MC_W + l] = (cse_225 * (-cse_231 + (cse_169 * cse_26)));
-        if (V & 14) mc_ls1_A[75 * MC_W + l] = cse_233;
-        if (V & 14) mc_ls1_A[76 * MC_W + l] = cse_235;
-        if (V & 14) mc_ls1_A[77 * MC_W + l] = cse_236;
-        if (V & 14) mc_ls1_A[78 * MC_W + l] = (p_K * cse_237);
-        if (V & 14) mc_ls1_A[79 * MC_W + l] = (cse_225 * ((cse_154 * cse_223) - (((real)2.0) * p_q3 * state_internal_phi)));
-        if (V & 14) mc_ls1_A[80 * MC_W + l] = (cse_222 * cse_224);
-        if (V & 14) mc_ls1_B[0 * MC_W + l] = cse_239;
-        if (V & 14) mc_ls1_B[1 * MC_W + l] = cse_241;
-        if (V & 14) mc_ls1_B[2 * MC_W + l] = cse_241;
+        if (V & 14) mc_ls1_A[69 * MC_W + l] = (cse_128 * ((p_K * cse_207) + (p_K * cse_208) + (p_K * cse_209)));
+        if (V & 14) mc_ls1_A[70 * MC_W + l] = (((real)1.0) + (cse_128 * (-cse_213 + (((real)3.0) * p_q1 * p_q2 * cse_146 * cse_203 * nx_2 * nx_3 * state_internal_gamma_rate))));
+        if (V & 14) mc_ls1_A[71 * MC_W + l] = (cse_128 * ((cse_153 * cse_203) + (cse_158 * cse_203) + (cse_163 * cse_203)));
+        if (V & 14) mc_ls1_A[72 * MC_W + l] = (cse_219 * (-cse_222 + (cse_153 * cse_26)));
+        if (V & 14) mc_ls1_A[73 * MC_W + l] = (cse_219 * (-cse_224 + (cse_158 * cse_26)));
+        if (V & 14) mc_ls1_A[74 * MC_W + l] = (cse_219 * (-cse_225 + (cse_163 * cse_26)));
+        if (V & 14) mc_ls1_A[75 * MC_W + l] = cse_227;
+        if (V & 14) mc_ls1_A[76 * MC_W + l] = cse_229;
+        if (V & 14) mc_ls1_A[77 * MC_W + l] = cse_230;
+        if (V & 14) mc_ls1_A[78 * MC_W + l] = (p_K * cse_231);
+        if (V & 14) mc_ls1_A[79 * MC_W + l] = (cse_219 * ((cse_147 * cse_214) - (((real)2.0) * p_q3 * state_internal_phi)));
+        if (V & 14) mc_ls1_A[80 * MC_W + l] = (cse_217 * cse_218);
+        if (V & 14) mc_ls1_B[0 * MC_W + l] = cse_233;
+        if (V & 14) mc_ls1_B[1 * MC_W + l] = cse_235;
+        if (V & 14) mc_ls1_B[2 * MC_W + l] = cse_235;
         if (V & 14) mc_ls1_B[3 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[4 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[5 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_B[6 * MC_W + l] = cse_241;
-        if (V & 14) mc_ls1_B[7 * MC_W + l] = cse_239;
-        if (V & 14) mc_ls1_B[8 * MC_W + l] = cse_241;
+        if (V & 14) mc_ls1_B[6 * MC_W + l] = cse_235;
+        if (V & 14) mc_ls1_B[7 * MC_W + l] = cse_233;
+        if (V & 14) mc_ls1_B[8 * MC_W + l] = cse_235;
         if (V & 14) mc_ls1_B[9 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[10 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[11 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_B[12 * MC_W + l] = cse_241;
-        if (V & 14) mc_ls1_B[13 * MC_W + l] = cse_241;
-        if (V & 14) mc_ls1_B[14 * MC_W + l] = cse_239;
+        if (V & 14) mc_ls1_B[12 * MC_W + l] = cse_235;
+        if (V & 14) mc_ls1_B[13 * MC_W + l] = cse_235;
+        if (V & 14) mc_ls1_B[14 * MC_W + l] = cse_233;
         if (V & 14) mc_ls1_B[15 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[16 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[17 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[18 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[19 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[20 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_B[21 * MC_W + l] = cse_264;
+        if (V & 14) mc_ls1_B[21 * MC_W + l] = cse_256;
         if (V & 14) mc_ls1_B[22 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[23 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[24 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[25 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[26 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[27 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_B[28 * MC_W + l] = cse_264;
+        if (V & 14) mc_ls1_B[28 * MC_W + l] = cse_256;
         if (V & 14) mc_ls1_B[29 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[30 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[31 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[32 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[33 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[34 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_B[35 * MC_W + l] = cse_264;
-        if (V & 14) mc_ls1_B[36 * MC_W + l] = (-cse_137 * (cse_182 + (cse_150 * cse_25)));
-        if (V & 14) mc_ls1_B[37 * MC_W + l] = (-cse_137 * (cse_184 + (cse_161 * cse_25)));
-        if (V & 14) mc_ls1_B[38 * MC_W + l] = (-cse_137 * (cse_185 + (cse_166 * cse_25)));
-        if (V & 14) mc_ls1_B[39 * MC_W + l] = cse_189;
-        if (V & 14) mc_ls1_B[40 * MC_W + l] = cse_191;
-        if (V & 14) mc_ls1_B[41 * MC_W + l] = cse_192;
-        if (V & 14) mc_ls1_B[42 * MC_W + l] = cse_275;
-        if (V & 14) mc_ls1_B[43 * MC_W + l] = cse_275;
-        if (V & 14) mc_ls1_B[44 * MC_W + l] = cse_275;
+        if (V & 14) mc_ls1_B[35 * MC_W + l] = cse_256;
+        if (V & 14) mc_ls1_B[36 * MC_W + l] = (-cse_129 * (cse_176 + (cse_143 * cse_25)));
+        if (V & 14) mc_ls1_B[37 * MC_W + l] = (-cse_129 * (cse_178 + (cse_155 * cse_25)));
+        if (V & 14) mc_ls1_B[38 * MC_W + l] = (-cse_129 * (cse_179 + (cse_160 * cse_25)));
+        if (V & 14) mc_ls1_B[39 * MC_W + l] = cse_183;
+        if (V & 14) mc_ls1_B[40 * MC_W + l] = cse_185;
+        if (V & 14) mc_ls1_B[41 * MC_W + l] = cse_186;
+        if (V & 14) mc_ls1_B[42 * MC_W + l] = cse_267;
+        if (V & 14) mc_ls1_B[43 * MC_W + l] = cse_267;
+        if (V & 14) mc_ls1_B[44 * MC_W + l] = cse_267;
         if (V & 14) mc_ls1_B[45 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[46 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[47 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_B[48 * MC_W + l] = (-cse_225 * (cse_228 + (cse_159 * cse_25)));
-        if (V & 14) mc_ls1_B[49 * MC_W + l] = (-cse_225 * (cse_230 + (cse_164 * cse_25)));
-        if (V & 14) mc_ls1_B[50 * MC_W + l] = (-cse_225 * (cse_231 + (cse_169 * cse_25)));
-        if (V & 14) mc_ls1_B[51 * MC_W + l] = cse_233;
-        if (V & 14) mc_ls1_B[52 * MC_W + l] = cse_235;
-        if (V & 14) mc_ls1_B[53 * MC_W + l] = cse_236;
+        if (V & 14) mc_ls1_B[48 * MC_W + l] = (-cse_219 * (cse_222 + (cse_153 * cse_25)));
+        if (V & 14) mc_ls1_B[49 * MC_W + l] = (-cse_219 * (cse_224 + (cse_158 * cse_25)));
+        if (V & 14) mc_ls1_B[50 * MC_W + l] = (-cse_219 * (cse_225 + (cse_163 * cse_25)));
+        if (V & 14) mc_ls1_B[51 * MC_W + l] = cse_227;
+        if (V & 14) mc_ls1_B[52 * MC_W + l] = cse_229;
+        if (V & 14) mc_ls1_B[53 * MC_W + l] = cse_230;
         v_cse_0[l] = cse_0;
         v_cse_1[l] = cse_1;
         v_cse_2[l] = cse_2;
@@ -4238,61 +4290,58 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) v_cse_26[l] = cse_26;
         if (V & 14) v_cse_43[l] = cse_43;
         if (V & 14) v_cse_86[l] = cse_86;
-        if (V & 14) v_cse_119[l] = cse_119;
         if (V & 14) v_cse_118[l] = cse_118;
-        if (V & 14) v_cse_122[l] = cse_122;
+        if (V & 14) v_cse_120[l] = cse_120;
         if (V & 14) v_cse_123[l] = cse_123;
         if (V & 14) v_cse_125[l] = cse_125;
-        if (V & 14) v_cse_126[l] = cse_126;
         if (V & 14) v_cse_127[l] = cse_127;
-        if (V & 14) v_cse_131[l] = cse_131;
-        if (V & 14) v_cse_133[l] = cse_133;
-        if (V & 14) v_cse_135[l] = cse_135;
+        if (V & 14) v_cse_128[l] = cse_128;
+        if (V & 14) v_cse_129[l] = cse_129;
         if (V & 14) v_cse_136[l] = cse_136;
-        if (V & 14) v_cse_137[l] = cse_137;
+        if (V & 14) v_cse_139[l] = cse_139;
+        if (V & 14) v_cse_141[l] = cse_141;
         if (V & 14) v_cse_143[l] = cse_143;
-        if (V & 14) v_cse_146[l] = cse_146;
-        if (V & 14) v_cse_147[l] = cse_147;
-        if (V & 14) v_cse_150[l] = cse_150;
-        if (V & 14) v_cse_152[l] = cse_152;
-        if (V & 14) v_cse_156[l] = cse_156;
-        if (V & 14) v_cse_159[l] = cse_159;
-        if (V & 14) v_cse_161[l] = cse_161;
+        if (V & 14) v_cse_145[l] = cse_145;
+        if (V & 14) v_cse_149[l] = cse_149;
+        if (V & 14) v_cse_151[l] = cse_151;
+        if (V & 14) v_cse_153[l] = cse_153;
+        if (V & 14) v_cse_155[l] = cse_155;
+        if (V & 14) v_cse_157[l] = cse_157;
+        if (V & 14) v_cse_158[l] = cse_158;
+        if (V & 14) v_cse_160[l] = cse_160;
+        if (V & 14) v_cse_162[l] = cse_162;
         if (V & 14) v_cse_163[l] = cse_163;
         if (V & 14) v_cse_164[l] = cse_164;
-        if (V & 14) v_cse_166[l] = cse_166;
+        if (V & 14) v_cse_165[l] = cse_165;
         if (V & 14) v_cse_168[l] = cse_168;
-        if (V & 14) v_cse_169[l] = cse_169;
         if (V & 14) v_cse_170[l] = cse_170;
-        if (V & 14) v_cse_171[l] = cse_171;
-        if (V & 14) v_cse_174[l] = cse_174;
-        if (V & 14) v_cse_176[l] = cse_176;
-        if (V & 14) v_cse_178[l] = cse_178;
-        if (V & 14) v_cse_179[l] = cse_179;
-        if (V & 14) v_cse_186[l] = cse_186;
+        if (V & 14) v_cse_172[l] = cse_172;
+        if (V & 14) v_cse_173[l] = cse_173;
+        if (V & 14) v_cse_180[l] = cse_180;
+        if (V & 14) v_cse_187[l] = cse_187;
+        if (V & 14) v_cse_189[l] = cse_189;
+        if (V & 14) v_cse_190[l] = cse_190;
+        if (V & 14) v_cse_191[l] = cse_191;
+        if (V & 14) v_cse_193[l] = cse_193;
         if (V & 14) v_cse_195[l] = cse_195;
-        if (V & 14) v_cse_196[l] = cse_196;
-        if (V & 14) v_cse_197[l] = cse_197;
-        if (V & 14) v_cse_199[l] = cse_199;
+        if (V & 14) v_cse_200[l] = cse_200;
         if (V & 14) v_cse_201[l] = cse_201;
-        if (V & 14) v_cse_206[l] = cse_206;
+        if (V & 14) v_cse_202[l] = cse_202;
+        if (V & 14) v_cse_203[l] = cse_203;
+        if (V & 14) v_cse_204[l] = cse_204;
         if (V & 14) v_cse_207[l] = cse_207;
         if (V & 14) v_cse_208[l] = cse_208;
         if (V & 14) v_cse_209[l] = cse_209;
         if (V & 14) v_cse_210[l] = cse_210;
+        if (V & 14) v_cse_211[l] = cse_211;
+        if (V & 14) v_cse_212[l] = cse_212;
         if (V & 14) v_cse_213[l] = cse_213;
         if (V & 14) v_cse_214[l] = cse_214;
         if (V & 14) v_cse_215[l] = cse_215;
         if (V & 14) v_cse_216[l] = cse_216;
-        if (V & 14) v_cse_217[l] = cse_217;
         if (V & 14) v_cse_218[l] = cse_218;
         if (V & 14) v_cse_219[l] = cse_219;
-        if (V & 14) v_cse_220[l] = cse_220;
-        if (V & 14) v_cse_221[l] = cse_221;
-        if (V & 14) v_cse_223[l] = cse_223;
-        if (V & 14) v_cse_224[l] = cse_224;
-        if (V & 14) v_cse_225[l] = cse_225;
-        if (V & 14) v_cse_237[l] = cse_237;
+        if (V & 14) v_cse_231[l] = cse_231;
     }
     if (V & 14) {
         mc_lu_solve(9, 6, mc_ls1_A, mc_ls1_B, (V & 12) ? mc_ls1_piv : 0);
@@ -4340,20 +4389,20 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real d34 = (mc_ls1_B + 33 * MC_W)[l];
             const real d35 = (mc_ls1_B + 34 * MC_W)[l];
             const real d36 = (mc_ls1_B + 35 * MC_W)[l];
-            const real cse_170 = v_cse_170[l];
+            const real cse_164 = v_cse_164[l];
             const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
             const real state_S_3 = v_state_S_3[l];
             const real state_S_4 = v_state_S_4[l];
             const real state_S_5 = v_state_S_5[l];
-            const real cse_208 = v_cse_208[l];
-            const real cse_209 = v_cse_209[l];
-            const real cse_219 = v_cse_219[l];
-            const real cse_221 = v_cse_221[l];
-            const real cse_224 = v_cse_224[l];
-            const real p_E = MC_P(1, (v_p + 1 * MC_W)[l]);
-            const real cse_218 = v_cse_218[l];
-            const real cse_217 = v_cse_217[l];
+            const real cse_202 = v_cse_202[l];
+            const real cse_203 = v_cse_203[l];
+            const real cse_213 = v_cse_213[l];
             const real cse_216 = v_cse_216[l];
+            const real cse_218 = v_cse_218[l];
+            const real p_E = MC_P(1, (v_p + 1 * MC_W)[l]);
+            const real cse_212 = v_cse_212[l];
+            const real cse_211 = v_cse_211[l];
+            const real cse_210 = v_cse_210[l];
             const real cse_23 = (cse_22 * d1);
             const real cse_24 = (cse_22 * d2);
             const real cse_27 = (cse_22 * d3);
@@ -4408,16 +4457,16 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             o_j[33 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d34) : MC_NAN;
             o_j[34 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d35) : MC_NAN;
             o_j[35 * MC_W + l] = gtn_return_map_converged ? (cse_5 + (cse_43 * d36)) : MC_NAN;
-            const real cse_265 = (cse_170 * state_internal_gamma_rate);
-            const real cse_266 = (cse_265 * state_S_3);
-            const real cse_267 = (cse_265 * state_S_4);
-            const real cse_268 = (cse_265 * state_S_5);
-            const real cse_269 = (cse_208 * state_internal_gamma_rate);
-            const real cse_276 = (cse_209 * cse_219);
-            const real cse_278 = (cse_221 * cse_224 * state_internal_gamma_rate);
-            const real cse_279 = (p_E * cse_278);
-            if (V & 12) mc_ls2_B[0 * MC_W + l] = cse_218;
-            if (V & 12) mc_ls2_B[1 * MC_W + l] = (-cse_218);
+            const real cse_257 = (cse_164 * state_internal_gamma_rate);
+            const real cse_258 = (cse_257 * state_S_3);
+            const real cse_259 = (cse_257 * state_S_4);
+            const real cse_260 = (cse_257 * state_S_5);
+            const real cse_261 = (cse_202 * state_internal_gamma_rate);
+            const real cse_268 = (cse_203 * cse_213);
+            const real cse_270 = (cse_216 * cse_218 * state_internal_gamma_rate);
+            const real cse_271 = (p_E * cse_270);
+            if (V & 12) mc_ls2_B[0 * MC_W + l] = cse_212;
+            if (V & 12) mc_ls2_B[1 * MC_W + l] = (-cse_212);
             if (V & 12) mc_ls2_B[2 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[3 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[4 * MC_W + l] = ((real)0.0);
@@ -4426,8 +4475,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[7 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[8 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[9 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[10 * MC_W + l] = cse_217;
-            if (V & 12) mc_ls2_B[11 * MC_W + l] = (-cse_217);
+            if (V & 12) mc_ls2_B[10 * MC_W + l] = cse_211;
+            if (V & 12) mc_ls2_B[11 * MC_W + l] = (-cse_211);
             if (V & 12) mc_ls2_B[12 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[13 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[14 * MC_W + l] = ((real)0.0);
@@ -4436,8 +4485,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[17 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[18 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[19 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[20 * MC_W + l] = cse_216;
-            if (V & 12) mc_ls2_B[21 * MC_W + l] = (-cse_216);
+            if (V & 12) mc_ls2_B[20 * MC_W + l] = cse_210;
+            if (V & 12) mc_ls2_B[21 * MC_W + l] = (-cse_210);
             if (V & 12) mc_ls2_B[22 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[23 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[24 * MC_W + l] = ((real)1.0);
@@ -4446,8 +4495,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[27 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[28 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[29 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[30 * MC_W + l] = cse_266;
-            if (V & 12) mc_ls2_B[31 * MC_W + l] = (-cse_266);
+            if (V & 12) mc_ls2_B[30 * MC_W + l] = cse_258;
+            if (V & 12) mc_ls2_B[31 * MC_W + l] = (-cse_258);
             if (V & 12) mc_ls2_B[32 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[33 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[34 * MC_W + l] = ((real)0.0);
@@ -4456,8 +4505,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[37 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[38 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[39 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[40 * MC_W + l] = cse_267;
-            if (V & 12) mc_ls2_B[41 * MC_W + l] = (-cse_267);
+            if (V & 12) mc_ls2_B[40 * MC_W + l] = cse_259;
+            if (V & 12) mc_ls2_B[41 * MC_W + l] = (-cse_259);
             if (V & 12) mc_ls2_B[42 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[43 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[44 * MC_W + l] = ((real)0.0);
@@ -4466,8 +4515,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[47 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[48 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[49 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[50 * MC_W + l] = cse_268;
-            if (V & 12) mc_ls2_B[51 * MC_W + l] = (-cse_268);
+            if (V & 12) mc_ls2_B[50 * MC_W + l] = cse_260;
+            if (V & 12) mc_ls2_B[51 * MC_W + l] = (-cse_260);
             if (V & 12) mc_ls2_B[52 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[53 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[54 * MC_W + l] = ((real)0.0);
@@ -4476,8 +4525,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[57 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[58 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[59 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[60 * MC_W + l] = cse_269;
-            if (V & 12) mc_ls2_B[61 * MC_W + l] = (-cse_269);
+            if (V & 12) mc_ls2_B[60 * MC_W + l] = cse_261;
+            if (V & 12) mc_ls2_B[61 * MC_W + l] = (-cse_261);
             if (V & 12) mc_ls2_B[62 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[63 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[64 * MC_W + l] = ((real)0.0);
@@ -4486,8 +4535,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[67 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[68 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[69 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[70 * MC_W + l] = cse_276;
-            if (V & 12) mc_ls2_B[71 * MC_W + l] = (-cse_276);
+            if (V & 12) mc_ls2_B[70 * MC_W + l] = cse_268;
+            if (V & 12) mc_ls2_B[71 * MC_W + l] = (-cse_268);
             if (V & 12) mc_ls2_B[72 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[73 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[74 * MC_W + l] = ((real)0.0);
@@ -4496,8 +4545,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[77 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[78 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[79 * MC_W + l] = ((real)1.0);
-            if (V & 12) mc_ls2_B[80 * MC_W + l] = (-cse_279);
-            if (V & 12) mc_ls2_B[81 * MC_W + l] = cse_279;
+            if (V & 12) mc_ls2_B[80 * MC_W + l] = (-cse_271);
+            if (V & 12) mc_ls2_B[81 * MC_W + l] = cse_271;
             if (V & 12) mc_ls2_B[82 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[83 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[84 * MC_W + l] = ((real)0.0);
@@ -4506,7 +4555,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[87 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[88 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[89 * MC_W + l] = ((real)0.0);
-            if (V & 12) v_cse_278[l] = cse_278;
+            if (V & 12) v_cse_270[l] = cse_270;
         }
     }
     if (V & 12) {
@@ -4590,61 +4639,59 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_5 = v_cse_5[l];
             const real cse_10 = v_cse_10[l];
             const real cse_8 = v_cse_8[l];
-            const real cse_131 = v_cse_131[l];
-            const real cse_133 = v_cse_133[l];
-            const real p_nu = MC_P(2, (v_p + 2 * MC_W)[l]);
-            const real cse_126 = v_cse_126[l];
-            const real cse_156 = v_cse_156[l];
-            const real cse_119 = v_cse_119[l];
-            const real cse_146 = v_cse_146[l];
-            const real p_q2 = MC_P(6, (v_p + 6 * MC_W)[l]);
-            const real cse_125 = v_cse_125[l];
-            const real cse_127 = v_cse_127[l];
-            const real cse_118 = v_cse_118[l];
             const real cse_123 = v_cse_123[l];
-            const real cse_137 = v_cse_137[l];
-            const real cse_196 = v_cse_196[l];
-            const real cse_174 = v_cse_174[l];
-            const real cse_186 = v_cse_186[l];
-            const real cse_209 = v_cse_209[l];
-            const real cse_170 = v_cse_170[l];
-            const real cse_152 = v_cse_152[l];
-            const real state_internal_ep = v_state_internal_ep[l];
-            const real cse_163 = v_cse_163[l];
+            const real cse_125 = v_cse_125[l];
+            const real p_nu = MC_P(2, (v_p + 2 * MC_W)[l]);
+            const real cse_149 = v_cse_149[l];
+            const real nx_1 = v_nx_1[l];
+            const real cse_118 = v_cse_118[l];
+            const real cse_120 = v_cse_120[l];
+            const real cse_129 = v_cse_129[l];
+            const real cse_151 = v_cse_151[l];
+            const real cse_187 = v_cse_187[l];
+            const real cse_190 = v_cse_190[l];
             const real cse_168 = v_cse_168[l];
-            const real cse_171 = v_cse_171[l];
-            const real cse_176 = v_cse_176[l];
-            const real cse_178 = v_cse_178[l];
-            const real cse_179 = v_cse_179[l];
-            const real cse_150 = v_cse_150[l];
-            const real cse_161 = v_cse_161[l];
-            const real cse_166 = v_cse_166[l];
-            const real cse_199 = v_cse_199[l];
-            const real cse_201 = v_cse_201[l];
-            const real cse_197 = v_cse_197[l];
-            const real cse_206 = v_cse_206[l];
-            const real cse_207 = v_cse_207[l];
-            const real cse_122 = v_cse_122[l];
+            const real cse_180 = v_cse_180[l];
+            const real cse_203 = v_cse_203[l];
+            const real cse_164 = v_cse_164[l];
+            const real cse_145 = v_cse_145[l];
+            const real state_internal_ep = v_state_internal_ep[l];
+            const real cse_157 = v_cse_157[l];
+            const real cse_162 = v_cse_162[l];
+            const real cse_165 = v_cse_165[l];
+            const real cse_170 = v_cse_170[l];
+            const real cse_172 = v_cse_172[l];
+            const real cse_173 = v_cse_173[l];
             const real cse_143 = v_cse_143[l];
-            const real cse_147 = v_cse_147[l];
+            const real cse_155 = v_cse_155[l];
+            const real cse_160 = v_cse_160[l];
+            const real cse_193 = v_cse_193[l];
             const real cse_195 = v_cse_195[l];
+            const real cse_191 = v_cse_191[l];
+            const real cse_200 = v_cse_200[l];
+            const real cse_201 = v_cse_201[l];
+            const real p_q2 = MC_P(6, (v_p + 6 * MC_W)[l]);
             const real cse_136 = v_cse_136[l];
-            const real cse_210 = v_cse_210[l];
-            const real cse_213 = v_cse_213[l];
+            const real cse_139 = v_cse_139[l];
+            const real cse_141 = v_cse_141[l];
+            const real cse_189 = v_cse_189[l];
+            const real cse_128 = v_cse_128[l];
+            const real cse_204 = v_cse_204[l];
+            const real cse_207 = v_cse_207[l];
+            const real cse_208 = v_cse_208[l];
+            const real cse_209 = v_cse_209[l];
+            const real cse_127 = v_cse_127[l];
+            const real cse_153 = v_cse_153[l];
+            const real cse_158 = v_cse_158[l];
+            const real cse_163 = v_cse_163[l];
+            const real cse_219 = v_cse_219[l];
+            const real cse_270 = v_cse_270[l];
+            const real cse_231 = v_cse_231[l];
+            const real p_sigma_y = MC_P(4, (v_p + 4 * MC_W)[l]);
+            const real cse_218 = v_cse_218[l];
+            const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
             const real cse_214 = v_cse_214[l];
             const real cse_215 = v_cse_215[l];
-            const real cse_135 = v_cse_135[l];
-            const real cse_159 = v_cse_159[l];
-            const real cse_164 = v_cse_164[l];
-            const real cse_169 = v_cse_169[l];
-            const real cse_225 = v_cse_225[l];
-            const real cse_278 = v_cse_278[l];
-            const real cse_237 = v_cse_237[l];
-            const real p_sigma_y = MC_P(4, (v_p + 4 * MC_W)[l]);
-            const real cse_224 = v_cse_224[l];
-            const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
-            const real cse_223 = v_cse_223[l];
-            const real cse_220 = v_cse_220[l];
             const real cse_44 = (cse_22 * d37);
             const real cse_45 = (cse_22 * d38);
             const real cse_46 = (cse_22 * d39);
@@ -4756,100 +4803,98 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_99 = (cse_16 * cse_87);
             const real cse_100 = (cse_18 * cse_87);
             const real cse_101 = (cse_20 * cse_87);
-            const real cse_242 = (cse_131 * cse_80);
-            const real cse_243 = (cse_131 * cse_81);
-            const real cse_244 = (cse_242 + cse_243 + (cse_133 * cse_78));
-            const real cse_245 = (cse_91 - (p_E * cse_10 * cse_4 * cse_7) - (((real)2.0) * p_E * p_nu * cse_4 * cse_7 * cse_93));
-            const real cse_246 = (-cse_245 - cse_97);
-            const real cse_247 = (cse_131 * cse_246);
-            const real cse_248 = (-cse_245 - cse_98);
-            const real cse_249 = (cse_131 * cse_248);
-            const real cse_250 = (-cse_245 - cse_88);
-            const real cse_251 = (cse_247 + cse_249 + (cse_133 * cse_250));
-            const real cse_252 = (cse_126 * cse_156);
-            const real cse_253 = (-cse_252);
-            const real cse_254 = (cse_119 * cse_146);
-            const real cse_255 = (p_q2 * cse_125 * cse_127);
-            const real cse_256 = (cse_137 * (cse_254 + (cse_118 * cse_123 * cse_255)));
-            const real cse_257 = (-cse_256);
-            const real cse_258 = (cse_131 * cse_78);
-            const real cse_259 = (cse_243 + cse_258 + (cse_133 * cse_80));
-            const real cse_260 = (cse_131 * cse_250);
-            const real cse_261 = (cse_249 + cse_260 + (cse_133 * cse_246));
-            const real cse_262 = (cse_242 + cse_258 + (cse_133 * cse_81));
-            const real cse_263 = (cse_247 + cse_260 + (cse_133 * cse_248));
-            const real cse_270 = (cse_196 * cse_87);
-            const real cse_271 = (cse_174 * cse_87);
-            const real cse_272 = (cse_4 * cse_4 * cse_4);
-            const real cse_273 = (cse_174 * cse_272);
-            const real cse_274 = (cse_186 * cse_273);
-            const real cse_277 = (((real)3.0) * cse_209);
-            const real cse_280 = (cse_170 * cse_87);
-            const real cse_281 = (cse_170 * cse_272);
-            const real cse_282 = (cse_186 * cse_281);
-            if (V & 8) mc_ls3_B[0 * MC_W + l] = (-cse_137 * cse_244);
-            if (V & 8) mc_ls3_B[1 * MC_W + l] = (-cse_137 * cse_251);
-            if (V & 8) mc_ls3_B[2 * MC_W + l] = (-cse_152 * state_internal_ep);
-            if (V & 8) mc_ls3_B[3 * MC_W + l] = (-cse_152);
-            if (V & 8) mc_ls3_B[4 * MC_W + l] = cse_253;
-            if (V & 8) mc_ls3_B[5 * MC_W + l] = cse_257;
+            const real cse_236 = (cse_123 * cse_80);
+            const real cse_237 = (cse_123 * cse_81);
+            const real cse_238 = (cse_236 + cse_237 + (cse_125 * cse_78));
+            const real cse_239 = (cse_91 - (p_E * cse_10 * cse_4 * cse_7) - (((real)2.0) * p_E * p_nu * cse_4 * cse_7 * cse_93));
+            const real cse_240 = (-cse_239 - cse_97);
+            const real cse_241 = (cse_123 * cse_240);
+            const real cse_242 = (-cse_239 - cse_98);
+            const real cse_243 = (cse_123 * cse_242);
+            const real cse_244 = (-cse_239 - cse_88);
+            const real cse_245 = (cse_241 + cse_243 + (cse_125 * cse_244));
+            const real cse_246 = (cse_149 * nx_1);
+            const real cse_247 = (-cse_246);
+            const real cse_248 = (cse_129 * (cse_151 + (cse_118 * cse_120 * cse_187)));
+            const real cse_249 = (-cse_248);
+            const real cse_250 = (cse_123 * cse_78);
+            const real cse_251 = (cse_237 + cse_250 + (cse_125 * cse_80));
+            const real cse_252 = (cse_123 * cse_244);
+            const real cse_253 = (cse_243 + cse_252 + (cse_125 * cse_240));
+            const real cse_254 = (cse_236 + cse_250 + (cse_125 * cse_81));
+            const real cse_255 = (cse_241 + cse_252 + (cse_125 * cse_242));
+            const real cse_262 = (cse_190 * cse_87);
+            const real cse_263 = (cse_168 * cse_87);
+            const real cse_264 = (cse_4 * cse_4 * cse_4);
+            const real cse_265 = (cse_168 * cse_264);
+            const real cse_266 = (cse_180 * cse_265);
+            const real cse_269 = (((real)3.0) * cse_203);
+            const real cse_272 = (cse_164 * cse_87);
+            const real cse_273 = (cse_164 * cse_264);
+            const real cse_274 = (cse_180 * cse_273);
+            if (V & 8) mc_ls3_B[0 * MC_W + l] = (-cse_129 * cse_238);
+            if (V & 8) mc_ls3_B[1 * MC_W + l] = (-cse_129 * cse_245);
+            if (V & 8) mc_ls3_B[2 * MC_W + l] = (-cse_145 * state_internal_ep);
+            if (V & 8) mc_ls3_B[3 * MC_W + l] = (-cse_145);
+            if (V & 8) mc_ls3_B[4 * MC_W + l] = cse_247;
+            if (V & 8) mc_ls3_B[5 * MC_W + l] = cse_249;
             if (V & 8) mc_ls3_B[6 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[7 * MC_W + l] = (-cse_137 * cse_259);
-            if (V & 8) mc_ls3_B[8 * MC_W + l] = (-cse_137 * cse_261);
-            if (V & 8) mc_ls3_B[9 * MC_W + l] = (-cse_163 * state_internal_ep);
-            if (V & 8) mc_ls3_B[10 * MC_W + l] = (-cse_163);
-            if (V & 8) mc_ls3_B[11 * MC_W + l] = cse_253;
-            if (V & 8) mc_ls3_B[12 * MC_W + l] = cse_257;
+            if (V & 8) mc_ls3_B[7 * MC_W + l] = (-cse_129 * cse_251);
+            if (V & 8) mc_ls3_B[8 * MC_W + l] = (-cse_129 * cse_253);
+            if (V & 8) mc_ls3_B[9 * MC_W + l] = (-cse_157 * state_internal_ep);
+            if (V & 8) mc_ls3_B[10 * MC_W + l] = (-cse_157);
+            if (V & 8) mc_ls3_B[11 * MC_W + l] = cse_247;
+            if (V & 8) mc_ls3_B[12 * MC_W + l] = cse_249;
             if (V & 8) mc_ls3_B[13 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[14 * MC_W + l] = (-cse_137 * cse_262);
-            if (V & 8) mc_ls3_B[15 * MC_W + l] = (-cse_137 * cse_263);
-            if (V & 8) mc_ls3_B[16 * MC_W + l] = (-cse_168 * state_internal_ep);
-            if (V & 8) mc_ls3_B[17 * MC_W + l] = (-cse_168);
-            if (V & 8) mc_ls3_B[18 * MC_W + l] = cse_253;
-            if (V & 8) mc_ls3_B[19 * MC_W + l] = cse_257;
+            if (V & 8) mc_ls3_B[14 * MC_W + l] = (-cse_129 * cse_254);
+            if (V & 8) mc_ls3_B[15 * MC_W + l] = (-cse_129 * cse_255);
+            if (V & 8) mc_ls3_B[16 * MC_W + l] = (-cse_162 * state_internal_ep);
+            if (V & 8) mc_ls3_B[17 * MC_W + l] = (-cse_162);
+            if (V & 8) mc_ls3_B[18 * MC_W + l] = cse_247;
+            if (V & 8) mc_ls3_B[19 * MC_W + l] = cse_249;
             if (V & 8) mc_ls3_B[20 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[21 * MC_W + l] = (-cse_171 * cse_82);
-            if (V & 8) mc_ls3_B[22 * MC_W + l] = (cse_171 * cse_99);
-            if (V & 8) mc_ls3_B[23 * MC_W + l] = (cse_176 * state_internal_ep);
-            if (V & 8) mc_ls3_B[24 * MC_W + l] = cse_176;
+            if (V & 8) mc_ls3_B[21 * MC_W + l] = (-cse_165 * cse_82);
+            if (V & 8) mc_ls3_B[22 * MC_W + l] = (cse_165 * cse_99);
+            if (V & 8) mc_ls3_B[23 * MC_W + l] = (cse_170 * state_internal_ep);
+            if (V & 8) mc_ls3_B[24 * MC_W + l] = cse_170;
             if (V & 8) mc_ls3_B[25 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[26 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[27 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[28 * MC_W + l] = (-cse_171 * cse_83);
-            if (V & 8) mc_ls3_B[29 * MC_W + l] = (cse_100 * cse_171);
-            if (V & 8) mc_ls3_B[30 * MC_W + l] = (cse_178 * state_internal_ep);
-            if (V & 8) mc_ls3_B[31 * MC_W + l] = cse_178;
+            if (V & 8) mc_ls3_B[28 * MC_W + l] = (-cse_165 * cse_83);
+            if (V & 8) mc_ls3_B[29 * MC_W + l] = (cse_100 * cse_165);
+            if (V & 8) mc_ls3_B[30 * MC_W + l] = (cse_172 * state_internal_ep);
+            if (V & 8) mc_ls3_B[31 * MC_W + l] = cse_172;
             if (V & 8) mc_ls3_B[32 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[33 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[34 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[35 * MC_W + l] = (-cse_171 * cse_84);
-            if (V & 8) mc_ls3_B[36 * MC_W + l] = (cse_101 * cse_171);
-            if (V & 8) mc_ls3_B[37 * MC_W + l] = (cse_179 * state_internal_ep);
-            if (V & 8) mc_ls3_B[38 * MC_W + l] = cse_179;
+            if (V & 8) mc_ls3_B[35 * MC_W + l] = (-cse_165 * cse_84);
+            if (V & 8) mc_ls3_B[36 * MC_W + l] = (cse_101 * cse_165);
+            if (V & 8) mc_ls3_B[37 * MC_W + l] = (cse_173 * state_internal_ep);
+            if (V & 8) mc_ls3_B[38 * MC_W + l] = cse_173;
             if (V & 8) mc_ls3_B[39 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[40 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[41 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[42 * MC_W + l] = (-cse_137 * ((cse_150 * cse_78) + (cse_161 * cse_80) + (cse_166 * cse_81) + (cse_174 * cse_270) + (cse_199 * cse_271) + (cse_201 * cse_271)));
-            if (V & 8) mc_ls3_B[43 * MC_W + l] = (-cse_137 * ((cse_150 * cse_250) + (cse_161 * cse_246) + (cse_166 * cse_248) - (cse_197 * cse_273) - (cse_199 * cse_274) - (cse_201 * cse_274)));
-            if (V & 8) mc_ls3_B[44 * MC_W + l] = (-cse_206 * state_internal_ep);
-            if (V & 8) mc_ls3_B[45 * MC_W + l] = (-cse_206);
-            if (V & 8) mc_ls3_B[46 * MC_W + l] = (-cse_126 * cse_207);
-            if (V & 8) mc_ls3_B[47 * MC_W + l] = (-cse_137 * ((cse_122 * cse_147) + (((real)0.5) * cse_143 * cse_195 * cse_255)));
+            if (V & 8) mc_ls3_B[42 * MC_W + l] = (-cse_129 * ((cse_143 * cse_78) + (cse_155 * cse_80) + (cse_160 * cse_81) + (cse_168 * cse_262) + (cse_193 * cse_263) + (cse_195 * cse_263)));
+            if (V & 8) mc_ls3_B[43 * MC_W + l] = (-cse_129 * ((cse_143 * cse_244) + (cse_155 * cse_240) + (cse_160 * cse_242) - (cse_191 * cse_265) - (cse_193 * cse_266) - (cse_195 * cse_266)));
+            if (V & 8) mc_ls3_B[44 * MC_W + l] = (-cse_200 * state_internal_ep);
+            if (V & 8) mc_ls3_B[45 * MC_W + l] = (-cse_200);
+            if (V & 8) mc_ls3_B[46 * MC_W + l] = (-cse_201 * nx_1);
+            if (V & 8) mc_ls3_B[47 * MC_W + l] = (-cse_129 * ((cse_139 * cse_141) + (p_q2 * cse_120 * cse_136 * cse_189)));
             if (V & 8) mc_ls3_B[48 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[49 * MC_W + l] = (-cse_136 * ((cse_210 * cse_244) + (cse_210 * cse_259) + (cse_210 * cse_262)));
-            if (V & 8) mc_ls3_B[50 * MC_W + l] = (-cse_136 * ((cse_210 * cse_251) + (cse_210 * cse_261) + (cse_210 * cse_263)));
-            if (V & 8) mc_ls3_B[51 * MC_W + l] = (-cse_136 * ((cse_213 * state_internal_ep) + (cse_214 * state_internal_ep) + (cse_215 * state_internal_ep)));
-            if (V & 8) mc_ls3_B[52 * MC_W + l] = (-cse_136 * (cse_213 + cse_214 + cse_215));
-            if (V & 8) mc_ls3_B[53 * MC_W + l] = (-cse_252 * cse_277);
-            if (V & 8) mc_ls3_B[54 * MC_W + l] = (-cse_256 * cse_277);
+            if (V & 8) mc_ls3_B[49 * MC_W + l] = (-cse_128 * ((cse_204 * cse_238) + (cse_204 * cse_251) + (cse_204 * cse_254)));
+            if (V & 8) mc_ls3_B[50 * MC_W + l] = (-cse_128 * ((cse_204 * cse_245) + (cse_204 * cse_253) + (cse_204 * cse_255)));
+            if (V & 8) mc_ls3_B[51 * MC_W + l] = (-cse_128 * ((cse_207 * state_internal_ep) + (cse_208 * state_internal_ep) + (cse_209 * state_internal_ep)));
+            if (V & 8) mc_ls3_B[52 * MC_W + l] = (-cse_128 * (cse_207 + cse_208 + cse_209));
+            if (V & 8) mc_ls3_B[53 * MC_W + l] = (-cse_246 * cse_269);
+            if (V & 8) mc_ls3_B[54 * MC_W + l] = (-cse_248 * cse_269);
             if (V & 8) mc_ls3_B[55 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[56 * MC_W + l] = (-(cse_135 * cse_278) - (cse_225 * ((cse_159 * cse_78) + (cse_164 * cse_80) + (cse_169 * cse_81) + (cse_170 * cse_270) + (cse_199 * cse_280) + (cse_201 * cse_280))));
-            if (V & 8) mc_ls3_B[57 * MC_W + l] = (-cse_225 * ((cse_159 * cse_250) + (cse_164 * cse_246) + (cse_169 * cse_248) - (cse_197 * cse_281) - (cse_199 * cse_282) - (cse_201 * cse_282)));
-            if (V & 8) mc_ls3_B[58 * MC_W + l] = (-cse_237 * state_internal_ep);
-            if (V & 8) mc_ls3_B[59 * MC_W + l] = (-cse_237 + (((real)2.0) * p_E * cse_135 * cse_224 * state_internal_gamma_rate / (p_sigma_y * p_sigma_y * p_sigma_y)));
-            if (V & 8) mc_ls3_B[60 * MC_W + l] = (-cse_126 * cse_223 * cse_225);
-            if (V & 8) mc_ls3_B[61 * MC_W + l] = (-cse_122 * cse_225 * cse_254);
-            if (V & 8) mc_ls3_B[62 * MC_W + l] = (cse_220 * cse_225);
+            if (V & 8) mc_ls3_B[56 * MC_W + l] = (-(cse_127 * cse_270) - (cse_219 * ((cse_153 * cse_78) + (cse_158 * cse_80) + (cse_163 * cse_81) + (cse_164 * cse_262) + (cse_193 * cse_272) + (cse_195 * cse_272))));
+            if (V & 8) mc_ls3_B[57 * MC_W + l] = (-cse_219 * ((cse_153 * cse_244) + (cse_158 * cse_240) + (cse_163 * cse_242) - (cse_191 * cse_273) - (cse_193 * cse_274) - (cse_195 * cse_274)));
+            if (V & 8) mc_ls3_B[58 * MC_W + l] = (-cse_231 * state_internal_ep);
+            if (V & 8) mc_ls3_B[59 * MC_W + l] = (-cse_231 + (((real)2.0) * p_E * cse_127 * cse_218 * state_internal_gamma_rate / (p_sigma_y * p_sigma_y * p_sigma_y)));
+            if (V & 8) mc_ls3_B[60 * MC_W + l] = (-cse_214 * cse_219 * nx_1);
+            if (V & 8) mc_ls3_B[61 * MC_W + l] = (-cse_141 * cse_151 * cse_219);
+            if (V & 8) mc_ls3_B[62 * MC_W + l] = (cse_215 * cse_219);
             if (V & 8) v_cse_78[l] = cse_78;
             if (V & 8) v_cse_80[l] = cse_80;
             if (V & 8) v_cse_81[l] = cse_81;

@@ -149,6 +149,8 @@ def _types(programs) -> dict[sp.Symbol, str]:
             elif isinstance(st, ir.Newton):
                 for a in st.body:
                     note(a.target, a.value)
+                for x in st.exports:
+                    note(x.target, x.value)
                 types[st.converged] = types[st.iterations] = "int"
     return types
 
@@ -314,9 +316,11 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
         else:
             invariant.append(a)
     exprs = list(st.guess) + [a.value for a in st.body] + list(st.residual) + \
-        [e for row in st.jacobian for e in row] + list(st.residual_scale) + list(st.curvature)
+        [e for row in st.jacobian for e in row] + list(st.residual_scale) + list(st.curvature) + \
+        [x.value for x in st.exports]
     ins = sorted(set().union(*(_reads(e) for e in exprs)) - local - unknowns, key=sp.default_sort_key)
-    outs = list(st.unknowns) + [st.converged, st.iterations, st.residual_norm]
+    # (the exports: what the evaluation that ends the solve hands to the block, see ir.Newton.exports)
+    outs = list(st.unknowns) + [st.converged, st.iterations, st.residual_norm] + [x.target for x in st.exports]
     in_args = [f"const {code.ctype(s)} *restrict v_{code.name(s)}" for s in ins]
     out_args = [f"{code.ctype(s)} *restrict v_{code.name(s)}" for s in outs]
     conv, its, rn, r0 = (code.name(s) for s in (st.converged, st.iterations, st.residual_norm, rn0))
@@ -338,6 +342,8 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
         start = _Loop([(u, None, g) for u, g in zip(st.unknowns, st.guess)])
         start.ops += [(a.target, None, a.value) for a in invariant]
         start.ops += [(None, f"v_{conv}[l]", "0"), (None, f"v_{its}[l]", "0"), (None, "mc_act[l]", "1")]
+    start.ops += [(None, f"v_{code.name(x.target)}[l]", x.value) for x in st.exports
+                  if not _reads(x.value) & varying]
     ls = code.base.line_search_symbols(st, k) if st.solver.line_search else None
     if ls is not None:  # statements.LineSearch: every lane from its first point, a full step
         start.ops += [(None, f"v_{code.name(ls.alpha)}[l]", "(real)1"),
@@ -349,7 +355,8 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
     # lanes converged) builds none (SPLIT_MIN_UNKNOWNS)
     parts, test = code.base.convergence_parts(st, rn0, k)
     split = ls is None and n >= SPLIT_MIN_UNKNOWNS
-    tested = _needed(variant, [*st.residual, test, *(e for _, e in parts)]) if split else variant
+    tested = _needed(variant, [*st.residual, test, *(e for _, e in parts), *(x.value for x in st.exports)]) \
+        if split else variant
     step = _Loop([(a.target, None, a.value) for a in tested])
     step.ops += [(r, None, e) for r, e in zip(res, st.residual)]
     step.ops.append((st.residual_norm, None, code.base.residual_norm(res)))
@@ -358,6 +365,10 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
         code.types[sym] = "int"
         step.ops.append((sym, None, e))
     step.ops.append((ok, None, test))
+    # every lane, active or not: a stopped lane's unknowns no longer change, nor do these values, so
+    # after the last evaluation they are those at the solution
+    # (an export that does not depend on the unknowns is stored once, before the iterations)
+    step.ops += [(None, f"v_{code.name(x.target)}[l]", x.value) for x in st.exports if _reads(x.value) & varying]
     step.ops += [(None, f"v_{r0}[l]", r0), (None, "const int mc_was", "mc_act[l]"),
                  (None, f"v_{conv}[l]", f"mc_was ? {code.name(ok)} : v_{conv}[l]"),
                  (None, f"v_{rn}[l]", f"mc_was ? {rn} : v_{rn}[l]")]
@@ -657,10 +668,12 @@ def _block_function(code: _Code, program: ir.Program, layout: Layout) -> str:
         elif isinstance(st, ir.Newton):
             fn = _newton_function(code, st)
             exprs = list(st.guess) + [a.value for a in st.body] + list(st.residual) + \
-                [e for row in st.jacobian for e in row] + list(st.residual_scale) + list(st.curvature)
+                [e for row in st.jacobian for e in row] + list(st.residual_scale) + list(st.curvature) + \
+                [x.value for x in st.exports]
             local = {a.target for a in st.body} | set(st.unknowns)
             ins = tuple(sorted(set().union(*(_reads(e) for e in exprs)) - local, key=sp.default_sort_key))
-            outs = tuple(st.unknowns) + (st.converged, st.iterations, st.residual_norm)
+            outs = tuple(st.unknowns) + (st.converged, st.iterations, st.residual_norm) + \
+                tuple(x.target for x in st.exports)
             items += [cur, _Call(lambda h, fn=fn, args=ins + outs: wrapped(f"{fn}(", [h[s] for s in args] + ["a"], ");"),
                                  outs, ins, m)]
             if 1 < len(st.unknowns) <= UNROLL_MAX:  # the lanes it failed: again, through the LU

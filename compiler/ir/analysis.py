@@ -24,7 +24,7 @@ def reads(st: Statement, free: FreeSymbols | None = None) -> set[sp.Symbol]:
         out |= fs(a.value) - inner
         inner.add(a.target)
     for e in (list(st.residual) + [e for row in st.jacobian for e in row] + list(st.residual_scale)
-              + list(st.curvature)):
+              + list(st.curvature) + [x.value for x in st.exports]):
         out |= fs(e) - inner
     for g in st.guess:
         out |= fs(g)
@@ -36,7 +36,7 @@ def writes(st: Statement) -> set[sp.Symbol]:
         return {st.target}
     if isinstance(st, LinearSolve):
         return {t for row in st.targets for t in row}
-    return set(st.unknowns) | {st.converged, st.iterations, st.residual_norm}
+    return set(st.unknowns) | {st.converged, st.iterations, st.residual_norm} | {x.target for x in st.exports}
 
 
 def prune(body: Iterable[Statement], live: set[sp.Symbol]) -> tuple[Statement, ...]:

@@ -86,6 +86,8 @@ def interpret(program: Program, inputs: Mapping[str, object], params: Mapping[st
             _slack_rows(st, env, batch, dtype, stop_slack, np.asarray(stop_rows))
         elif np.any(stop_slack) and isinstance(st, Newton) and len(st.unknowns) == 1 and st.residual_scale:
             _slack(st, env, batch, dtype, stop_slack)
+        if isinstance(st, Newton):  # after any slack: at the unknowns the later statements read
+            _exports(st, env, batch, dtype)
         if stops is not None and isinstance(st, Newton) and st.residual_scale:
             stops.append(_stop(st, env, batch, dtype))
         if solves is not None and isinstance(st, LinearSolve):
@@ -222,6 +224,17 @@ def _newton(st: Newton, env, batch, dtype) -> None:
     env[st.converged] = ok
     env[st.iterations] = iterations
     env[st.residual_norm] = final_norm.astype(dtype)
+
+
+def _exports(st: Newton, env, batch, dtype) -> None:
+    """``st.exports`` at the solution (NaN where it did not converge, as the unknowns)."""
+    if not st.exports:
+        return
+    local = dict(env)
+    for a in st.body:
+        local[a.target] = _eval(a.value, local, batch, dtype)
+    for x in st.exports:
+        env[x.target] = _eval(x.value, local, batch, dtype)
 
 
 def _slack(st: Newton, env, batch, dtype, slack: float) -> None:

@@ -93,6 +93,28 @@ class Newton:
     #: ``|R H| <= J^2`` (the Newton step scaled by 2/3..2), else the Newton step ``-R / J``
     #: (:func:`modelc.passes.expand_solve.halley_step`, the one formula every backend prints).
     curvature: tuple[sp.Expr, ...] = ()
+    #: values the solve hands to what follows it: after the loop each target holds its expression
+    #: (over the body's symbols, the unknowns and what the solve reads) at the solution. The
+    #: evaluation that ends a solve (every point converged or stopped) is made at the unknowns'
+    #: final values, so a backend may keep what it computed there instead of computing it again
+    #: (the C backend's lane arrays: j2_voce_af's flow direction, its norm, 1/(1 + g dgamma) and the
+    #: Voce exponential); :mod:`modelc.passes.cse` makes them from the subexpressions of the
+    #: residual and its scale that the statements after the solve would compute again. A backend
+    #: that keeps no loop values evaluates them after the loop (:func:`export_body`).
+    exports: tuple[Assign, ...] = ()
+
+
+def export_body(st: "Newton") -> tuple[Assign, ...]:
+    """The body assignments ``st.exports`` read (directly or through others), in order: what a
+    backend that does not keep the last evaluation's values computes again after the loop, before
+    the exports themselves."""
+    need = set().union(*(sp.sympify(x.value).free_symbols for x in st.exports)) if st.exports else set()
+    keep = []
+    for a in reversed(st.body):
+        if a.target in need:
+            need |= sp.sympify(a.value).free_symbols
+            keep.append(a)
+    return tuple(keep[::-1])
 
 
 Statement = Assign | LinearSolve | Newton
@@ -243,4 +265,5 @@ def _format_body(body, indent: str) -> list[str]:
             lines += [f"{indent}  R[{i}] = {sp.sstr(r)}" for i, r in enumerate(st.residual)]
             lines += [f"{indent}  J[{i}] = {[sp.sstr(e) for e in row]}" for i, row in enumerate(st.jacobian)]
             lines += [f"{indent}  H[{i}] = {sp.sstr(h)}" for i, h in enumerate(st.curvature)]
+            lines += [f"{indent}  export {x.target} = {sp.sstr(x.value)}" for x in st.exports]
     return lines

@@ -9,7 +9,8 @@ Program rules (see :class:`~modelc.ir.Program`):
   assigned by an earlier statement (a Newton's body may also read its unknowns and earlier body
   assignments);
 - single assignment per straight-line segment (segments are separated by Newton statements);
-- Newton locals: nothing after a Newton reads a symbol assigned only in its body;
+- Newton locals: nothing after a Newton reads a symbol assigned only in its body (its exports
+  are read instead: values over the body, assigned by the solve; none with a line search);
 - shapes: every output has a result with one entry per component; every derivative block is
   (output components) x (input components); a Newton's guess, residual, Jacobian and scale match
   its unknowns, and each guess is a number or a symbol; a linear solve's A is n x n, B and targets n x m.
@@ -98,7 +99,14 @@ def verify_program(p: Program) -> Program:
             need(list(st.residual) + [e for r in st.jacobian for e in r] + list(st.residual_scale)
                  + list(st.curvature), inner,
                  f"Newton solve {k} (residual)")
-            outs = set(st.unknowns) | {st.converged, st.iterations, st.residual_norm}
+            need([x.value for x in st.exports], inner, f"Newton solve {k} (exports)")
+            if st.exports and st.solver.line_search:
+                fail(f"Newton solve {k}: exports need the evaluation that ends the solve, which a "
+                     "line search's trial points are not")
+            exported = [x.target for x in st.exports]
+            if len(set(exported)) != len(exported) or set(exported) & (local | set(st.unknowns)):
+                fail(f"Newton solve {k}: an export is assigned twice, or is a local or an unknown")
+            outs = set(st.unknowns) | {st.converged, st.iterations, st.residual_norm} | set(exported)
             newton_locals |= local - outs - defined
             defined -= local - outs
             defined |= outs
