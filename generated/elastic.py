@@ -379,8 +379,8 @@ C_SOURCE = r'''
 /* MC_PARTS value:0,tangent:0,jacobian:1,total:1 (entry point: part; -DMC_PART=k builds part k alone) */
 /* MC_WIDTHS x=6 tangent=36 jacobian=36 total=48 (per point: the inputs' components in argument order, each derivative entry point's entries) */
 #include "modelc_kernel.h"
-#if MC_KERNEL_ABI != 5
-#error "this source needs modelc_kernel.h ABI 5: regenerate it with the installed modelc"
+#if MC_KERNEL_ABI != 6
+#error "this source needs modelc_kernel.h ABI 6: regenerate it with the installed modelc"
 #endif
 
 MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int nl, const int V) {

@@ -345,34 +345,10 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3,
         old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep,
         old_state_internal_phi, X, O)
-    ncse_0 = (forces_E_0 - state_internal_Ep_0)
-    ncse_1 = (forces_E_1 - state_internal_Ep_1)
-    ncse_2 = (forces_E_2 - state_internal_Ep_2)
-    ncse_4 = (p_sigma_y + (p_K * state_internal_ep))
-    ncse_13 = (1.0 / ncse_4)
-    ncse_6 = (1.0 + p_nu)
-    ncse_7 = (1.0 / ncse_6)
-    ncse_8 = (p_E * ncse_7)
-    ncse_9 = (ncse_1 * ncse_8)
-    ncse_10 = (ncse_2 * ncse_8)
-    ncse_11 = (ncse_10 + ncse_9)
-    ncse_14 = (p_q2 * ncse_13)
-    ncse_15 = (ncse_0 * ncse_8)
-    ncse_16 = (2.0 * p_nu)
-    ncse_17 = (1.0 / (1.0 - ncse_16))
-    ncse_18 = (ncse_17 * ncse_8)
-    ncse_19 = (p_nu * ncse_18)
-    ncse_20 = (ncse_19 * (ncse_0 + ncse_1 + ncse_2))
-    ncse_21 = (ncse_11 + ncse_15 + (3.0 * ncse_20))
-    ncse_22 = (0.5 * ncse_21)
-    ncse_23 = (ncse_14 * ncse_22)
-    ncse_24 = torch.sinh(ncse_23)
-    ncse_25 = torch.clamp(state_internal_phi, min=0.0)
-    ncse_60 = torch.cosh(ncse_23)
-    nx_0 = ncse_60
-    nx_1 = ncse_25
-    nx_2 = ncse_24
-    nx_3 = ncse_13
+    nx_0 = torch.cosh((p_q2 * ((0.5 * p_E * (forces_E_0 - state_internal_Ep_0) / (1.0 + p_nu)) + (0.5 * p_E * (forces_E_1 - state_internal_Ep_1) / (1.0 + p_nu)) + (0.5 * p_E * (forces_E_2 - state_internal_Ep_2) / (1.0 + p_nu)) + (1.5 * p_E * p_nu * (forces_E_0 + forces_E_1 + forces_E_2 - state_internal_Ep_0 - state_internal_Ep_1 - state_internal_Ep_2) / ((1.0 + p_nu) * (1.0 - (2.0 * p_nu))))) / (p_sigma_y + (p_K * state_internal_ep))))
+    nx_1 = torch.clamp(state_internal_phi, min=0.0)
+    nx_2 = torch.sinh((p_q2 * ((0.5 * p_E * (forces_E_0 - state_internal_Ep_0) / (1.0 + p_nu)) + (0.5 * p_E * (forces_E_1 - state_internal_Ep_1) / (1.0 + p_nu)) + (0.5 * p_E * (forces_E_2 - state_internal_Ep_2) / (1.0 + p_nu)) + (1.5 * p_E * p_nu * (forces_E_0 + forces_E_1 + forces_E_2 - state_internal_Ep_0 - state_internal_Ep_1 - state_internal_Ep_2) / ((1.0 + p_nu) * (1.0 - (2.0 * p_nu))))) / (p_sigma_y + (p_K * state_internal_ep))))
+    nx_3 = (1.0 / (p_sigma_y + (p_K * state_internal_ep)))
     cse_0 = (forces_E_0 - state_internal_Ep_0)
     cse_1 = (forces_E_1 - state_internal_Ep_1)
     cse_2 = (forces_E_2 - state_internal_Ep_2)
@@ -1203,6 +1179,15 @@ if triton is not None:
         return s6, s10, s8, s12, s7, s11, s9, s13
 
     @triton.jit
+    def _mc_cosh(x):
+        e = tl.exp(tl.abs(x))
+        return 0.5 * (e + 1.0 / e)
+
+    @triton.jit
+    def _mc_pos(x):
+        return tl.where(x < 0.0, 0.0, x)
+
+    @triton.jit
     def _mc_expm1(x):
         u = tl.exp(x)
         um1 = u - 1.0
@@ -1217,15 +1202,6 @@ if triton is not None:
         r = 0.5 * (v + v / (v + 1.0))
         r = tl.where(v * 0.0 != 0.0, v, r)
         return tl.where(x < 0.0, -r, r)
-
-    @triton.jit
-    def _mc_pos(x):
-        return tl.where(x < 0.0, 0.0, x)
-
-    @triton.jit
-    def _mc_cosh(x):
-        e = tl.exp(tl.abs(x))
-        return 0.5 * (e + 1.0 / e)
 
     @triton.jit
     def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
@@ -2115,13 +2091,13 @@ if triton is not None:
         o_maxit = tl.load(O + 2).to(tl.int32)
         # constants of the kernel dtype (a bare float literal would be fp32)
         K0 = tl.full([], float("nan"), DTYPE)
-        K1 = tl.full([], 1.0, DTYPE)
-        K2 = tl.full([], 2.0, DTYPE)
-        K3 = tl.full([], 3.0, DTYPE)
-        K4 = tl.full([], 0.5, DTYPE)
+        K1 = tl.full([], 0.5, DTYPE)
+        K2 = tl.full([], 1.0, DTYPE)
+        K3 = tl.full([], 1.5, DTYPE)
+        K4 = tl.full([], 2.0, DTYPE)
         K5 = tl.full([], 0.3333333333333333, DTYPE)
         K6 = tl.full([], 0.6666666666666666, DTYPE)
-        K7 = tl.full([], 1.5, DTYPE)
+        K7 = tl.full([], 3.0, DTYPE)
         K8 = tl.full([], 6.0, DTYPE)
         K9 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
@@ -2162,34 +2138,10 @@ if triton is not None:
             old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3,
             old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep,
             old_state_internal_phi, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
-        ncse_0 = (forces_E_0 - state_internal_Ep_0)
-        ncse_1 = (forces_E_1 - state_internal_Ep_1)
-        ncse_2 = (forces_E_2 - state_internal_Ep_2)
-        ncse_4 = (p_sigma_y + (p_K * state_internal_ep))
-        ncse_13 = (K1 / ncse_4)
-        ncse_6 = (K1 + p_nu)
-        ncse_7 = (K1 / ncse_6)
-        ncse_8 = (p_E * ncse_7)
-        ncse_9 = (ncse_1 * ncse_8)
-        ncse_10 = (ncse_2 * ncse_8)
-        ncse_11 = (ncse_10 + ncse_9)
-        ncse_14 = (p_q2 * ncse_13)
-        ncse_15 = (ncse_0 * ncse_8)
-        ncse_16 = (K2 * p_nu)
-        ncse_17 = (K1 / (K1 - ncse_16))
-        ncse_18 = (ncse_17 * ncse_8)
-        ncse_19 = (p_nu * ncse_18)
-        ncse_20 = (ncse_19 * (ncse_0 + ncse_1 + ncse_2))
-        ncse_21 = (ncse_11 + ncse_15 + (K3 * ncse_20))
-        ncse_22 = (K4 * ncse_21)
-        ncse_23 = (ncse_14 * ncse_22)
-        ncse_24 = _mc_sinh(ncse_23)
-        ncse_25 = _mc_pos(state_internal_phi)
-        ncse_60 = _mc_cosh(ncse_23)
-        nx_0 = ncse_60
-        nx_1 = ncse_25
-        nx_2 = ncse_24
-        nx_3 = ncse_13
+        nx_0 = _mc_cosh((p_q2 * ((K1 * p_E * (forces_E_0 - state_internal_Ep_0) / (K2 + p_nu)) + (K1 * p_E * (forces_E_1 - state_internal_Ep_1) / (K2 + p_nu)) + (K1 * p_E * (forces_E_2 - state_internal_Ep_2) / (K2 + p_nu)) + (K3 * p_E * p_nu * (forces_E_0 + forces_E_1 + forces_E_2 - state_internal_Ep_0 - state_internal_Ep_1 - state_internal_Ep_2) / ((K2 + p_nu) * (K2 - (K4 * p_nu))))) / (p_sigma_y + (p_K * state_internal_ep))))
+        nx_1 = _mc_pos(state_internal_phi)
+        nx_2 = _mc_sinh((p_q2 * ((K1 * p_E * (forces_E_0 - state_internal_Ep_0) / (K2 + p_nu)) + (K1 * p_E * (forces_E_1 - state_internal_Ep_1) / (K2 + p_nu)) + (K1 * p_E * (forces_E_2 - state_internal_Ep_2) / (K2 + p_nu)) + (K3 * p_E * p_nu * (forces_E_0 + forces_E_1 + forces_E_2 - state_internal_Ep_0 - state_internal_Ep_1 - state_internal_Ep_2) / ((K2 + p_nu) * (K2 - (K4 * p_nu))))) / (p_sigma_y + (p_K * state_internal_ep))))
+        nx_3 = (K2 / (p_sigma_y + (p_K * state_internal_ep)))
         # outputs 0 .. 3; NaN where Newton did not converge
         if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
             tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
@@ -2202,12 +2154,12 @@ if triton is not None:
                 tl.where((gtn_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_3, K0),
                 tl.where((gtn_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((gtn_return_map_converged & fin), state_internal_ep, K0), tl.where((gtn_return_map_converged & fin), state_internal_phi, K0), BLOCK)
             tl.store(Y + row[:, None] * y_stride + tl.arange(0, 8)[None, :], _row9, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
-        cse_8 = (K2 * p_nu)
-        cse_9 = (K1 - cse_8)
-        cse_10 = (K1 / cse_9)
+        cse_8 = (K4 * p_nu)
+        cse_9 = (K2 - cse_8)
+        cse_10 = (K2 / cse_9)
         cse_11 = (p_nu * cse_10)
-        cse_3 = (K1 + p_nu)
-        cse_4 = (K1 / cse_3)
+        cse_3 = (K2 + p_nu)
+        cse_4 = (K2 / cse_3)
         cse_5 = (p_E * cse_4)
         cse_12 = (cse_11 * cse_5)
         cse_0 = (forces_E_0 - state_internal_Ep_0)
@@ -2249,42 +2201,42 @@ if triton is not None:
             cse_276 = (-cse_196 - cse_198 + (K6 * p_E * cse_1 * cse_4))
             cse_277 = (-cse_197 - cse_198 + (K6 * p_E * cse_0 * cse_4))
             cse_86 = (cse_4 * cse_4)
-            cse_192 = (K7 * cse_86)
+            cse_192 = (K3 * cse_86)
             cse_180 = (p_E * p_E)
             cse_194 = (cse_180 * cse_192)
             cse_190 = (cse_16 * cse_16)
             cse_191 = (cse_180 * cse_190)
             cse_193 = (cse_18 * cse_18)
             cse_195 = (cse_20 * cse_20)
-            cse_199 = ((K7 * (cse_275 * cse_275)) + (K7 * (cse_276 * cse_276)) + (K7 * (cse_277 * cse_277)) + (cse_191 * cse_192) + (cse_193 * cse_194) + (cse_194 * cse_195))
+            cse_199 = ((K3 * (cse_275 * cse_275)) + (K3 * (cse_276 * cse_276)) + (K3 * (cse_277 * cse_277)) + (cse_191 * cse_192) + (cse_193 * cse_194) + (cse_194 * cse_195))
             cse_134 = (cse_14 + cse_15)
-            cse_141 = (cse_134 + cse_6 + (K3 * cse_13))
+            cse_141 = (cse_134 + cse_6 + (K7 * cse_13))
             cse_117 = (p_sigma_y + (p_K * state_internal_ep))
-            cse_118 = (K1 / (cse_117 * cse_117))
+            cse_118 = (K2 / (cse_117 * cse_117))
             cse_119 = (p_q1 * nx_1)
             cse_138 = (cse_119 * nx_2)
             cse_139 = (cse_118 * cse_138)
             cse_140 = (p_q2 * cse_139)
-            cse_136 = (K1 / (cse_117 * cse_117 * cse_117))
-            cse_137 = (K2 * cse_136)
+            cse_136 = (K2 / (cse_117 * cse_117 * cse_117))
+            cse_137 = (K4 * cse_136)
             cse_202 = ((cse_137 * cse_199) + (cse_140 * cse_141))
             cse_127 = (forces_t - old_forces_t)
-            cse_216 = (K1 / (p_sigma_y * p_sigma_y))
+            cse_216 = (K2 / (p_sigma_y * p_sigma_y))
             cse_217 = (p_E * cse_127 * cse_216)
-            cse_214 = (K2 * nx_0)
+            cse_214 = (K4 * nx_0)
             cse_215 = (state_internal_phi * state_internal_phi)
-            cse_218 = tl.where((K1 + (p_q3 * cse_215) - (cse_118 * cse_199) - (cse_119 * cse_214) - (cse_217 * state_internal_gamma_rate)) > 0.0, 1.0, 0.0)
-            cse_219 = (-K1 + cse_218)
+            cse_218 = tl.where((K2 + (p_q3 * cse_215) - (cse_118 * cse_199) - (cse_119 * cse_214) - (cse_217 * state_internal_gamma_rate)) > 0.0, 1.0, 0.0)
+            cse_219 = (-K2 + cse_218)
             cse_231 = (-cse_202 * cse_219)
             cse_187 = (p_q2 * cse_141)
             cse_189 = (cse_141 * cse_141)
-            cse_120 = (K4 * cse_119 * nx_0)
+            cse_120 = (K1 * cse_119 * nx_0)
             cse_121 = (cse_120 * (p_q2 * p_q2))
             cse_128 = (-cse_127)
             cse_129 = (cse_128 * state_internal_gamma_rate)
-            cse_188 = (K1 / (cse_117 * cse_117 * cse_117 * cse_117))
+            cse_188 = (K2 / (cse_117 * cse_117 * cse_117 * cse_117))
             cse_200 = (cse_129 * (-(K8 * cse_188 * cse_199) - (cse_121 * cse_188 * cse_189) - (cse_137 * cse_138 * cse_187)))
-            cse_164 = (K3 * cse_118)
+            cse_164 = (K7 * cse_118)
             cse_226 = (cse_164 * cse_219)
             cse_181 = (cse_180 * cse_86)
             cse_182 = (cse_16 * cse_181)
@@ -2293,15 +2245,15 @@ if triton is not None:
             cse_229 = (-cse_18 * cse_228)
             cse_230 = (-cse_20 * cse_228)
             cse_142 = (cse_140 + (cse_121 * cse_136 * cse_141))
-            cse_135 = (-cse_134 + (K2 * p_E * cse_0 * cse_4))
+            cse_135 = (-cse_134 + (K4 * p_E * cse_0 * cse_4))
             cse_143 = (cse_142 + (cse_135 * cse_137))
             cse_144 = (-cse_143)
             cse_145 = (cse_129 * cse_144)
-            cse_154 = (-cse_15 - cse_6 + (K2 * p_E * cse_1 * cse_4))
+            cse_154 = (-cse_15 - cse_6 + (K4 * p_E * cse_1 * cse_4))
             cse_155 = (cse_142 + (cse_137 * cse_154))
             cse_156 = (-cse_155)
             cse_157 = (cse_129 * cse_156)
-            cse_159 = (-cse_14 - cse_6 + (K2 * p_E * cse_2 * cse_4))
+            cse_159 = (-cse_14 - cse_6 + (K4 * p_E * cse_2 * cse_4))
             cse_160 = (cse_142 + (cse_137 * cse_159))
             cse_161 = (-cse_160)
             cse_162 = (cse_129 * cse_161)
@@ -2311,7 +2263,7 @@ if triton is not None:
             cse_177 = (cse_12 * cse_143)
             cse_178 = (cse_174 + cse_177)
             cse_179 = (cse_175 + cse_177)
-            cse_203 = (K1 - state_internal_phi)
+            cse_203 = (K2 - state_internal_phi)
             cse_204 = (cse_203 * state_internal_gamma_rate)
             cse_207 = (cse_161 * cse_204)
             cse_208 = (cse_156 * cse_204)
@@ -2321,11 +2273,11 @@ if triton is not None:
             cse_124 = (cse_10 * cse_123 * cse_5 * cse_8)
             cse_25 = (cse_12 + cse_5)
             cse_26 = (-cse_25)
-            cse_125 = (cse_122 + (K2 * cse_118))
+            cse_125 = (cse_122 + (K4 * cse_118))
             cse_126 = (-cse_124 + (cse_125 * cse_26))
             cse_131 = ((cse_12 * cse_123) + (cse_12 * cse_125))
             cse_132 = (-cse_131 + (cse_123 * cse_26))
-            cse_205 = (K2 * cse_204)
+            cse_205 = (K4 * cse_204)
             cse_206 = (cse_128 * ((cse_126 * cse_204) + (cse_132 * cse_205)))
             cse_151 = (cse_138 * nx_3)
             cse_152 = (p_q2 * cse_151)
@@ -2347,7 +2299,7 @@ if triton is not None:
             cse_213 = (cse_210 + cse_211 + cse_212)
             cse_148 = (p_q2 * cse_129 * nx_2)
             cse_201 = (cse_118 * cse_141 * cse_148)
-            cse_130 = (K1 + (cse_126 * cse_129))
+            cse_130 = (K2 + (cse_126 * cse_129))
             cse_133 = (cse_129 * cse_132)
             cse_233 = (-cse_129 * cse_232)
             cse_235 = (-cse_129 * cse_234)
@@ -2362,7 +2314,7 @@ if triton is not None:
             cse_173 = (cse_169 * state_S_5)
             cse_165 = (cse_129 * cse_164)
             cse_166 = (cse_165 * cse_5)
-            cse_167 = (K1 - cse_166)
+            cse_167 = (K2 - cse_166)
             cse_256 = (-cse_166)
             cse_149 = (cse_148 * nx_3)
             cse_146 = tl.where(state_internal_phi > 0.0, 1.0, 0.0)
@@ -2385,17 +2337,17 @@ if triton is not None:
             lu1_13 = (cse_129 * (-cse_176 + (cse_143 * cse_26)))
             lu1_14 = (cse_129 * (-cse_178 + (cse_155 * cse_26)))
             lu1_15 = (cse_129 * (-cse_179 + (cse_160 * cse_26)))
-            lu1_16 = (K1 + (p_K * cse_200))
+            lu1_16 = (K2 + (p_K * cse_200))
             lu1_17 = (cse_147 * cse_201)
             lu1_18 = (cse_128 * cse_202)
             lu1_19 = (cse_128 * ((p_K * cse_207) + (p_K * cse_208) + (p_K * cse_209)))
-            lu1_20 = (K1 + (cse_128 * (-cse_213 + (K3 * p_q1 * p_q2 * cse_146 * cse_203 * nx_2 * nx_3 * state_internal_gamma_rate))))
+            lu1_20 = (K2 + (cse_128 * (-cse_213 + (K7 * p_q1 * p_q2 * cse_146 * cse_203 * nx_2 * nx_3 * state_internal_gamma_rate))))
             lu1_21 = (cse_128 * ((cse_153 * cse_203) + (cse_158 * cse_203) + (cse_163 * cse_203)))
             lu1_22 = (cse_219 * (-cse_222 + (cse_153 * cse_26)))
             lu1_23 = (cse_219 * (-cse_224 + (cse_158 * cse_26)))
             lu1_24 = (cse_219 * (-cse_225 + (cse_163 * cse_26)))
             lu1_25 = (p_K * cse_231)
-            lu1_26 = (cse_219 * ((cse_147 * cse_214) - (K2 * p_q3 * state_internal_phi)))
+            lu1_26 = (cse_219 * ((cse_147 * cse_214) - (K4 * p_q3 * state_internal_phi)))
             lu1_27 = (cse_217 * cse_218)
             lu1_lu = _triton_lu1(
                 cse_130, cse_133, cse_133, lu1_1, cse_150, lu1_2, cse_133, cse_130, cse_133, lu1_3, cse_150,
@@ -2712,7 +2664,7 @@ if triton is not None:
             cse_236 = (cse_123 * cse_80)
             cse_237 = (cse_123 * cse_81)
             cse_238 = (cse_236 + cse_237 + (cse_125 * cse_78))
-            cse_239 = (cse_91 - (p_E * cse_10 * cse_4 * cse_7) - (K2 * p_E * p_nu * cse_4 * cse_7 * cse_93))
+            cse_239 = (cse_91 - (p_E * cse_10 * cse_4 * cse_7) - (K4 * p_E * p_nu * cse_4 * cse_7 * cse_93))
             cse_240 = (-cse_239 - cse_97)
             cse_241 = (cse_123 * cse_240)
             cse_242 = (-cse_239 - cse_98)
@@ -2734,7 +2686,7 @@ if triton is not None:
             cse_264 = (cse_4 * cse_4 * cse_4)
             cse_265 = (cse_168 * cse_264)
             cse_266 = (cse_180 * cse_265)
-            cse_269 = (K3 * cse_203)
+            cse_269 = (K7 * cse_203)
             cse_272 = (cse_164 * cse_87)
             cse_273 = (cse_164 * cse_264)
             cse_274 = (cse_180 * cse_273)
@@ -2783,7 +2735,7 @@ if triton is not None:
             ls3_243 = (-cse_162)
             ls3_244 = (-cse_200)
             ls3_245 = (-cse_128 * (cse_207 + cse_208 + cse_209))
-            ls3_246 = (-cse_231 + (K2 * p_E * cse_127 * cse_218 * state_internal_gamma_rate / (p_sigma_y * p_sigma_y * p_sigma_y)))
+            ls3_246 = (-cse_231 + (K4 * p_E * cse_127 * cse_218 * state_internal_gamma_rate / (p_sigma_y * p_sigma_y * p_sigma_y)))
             (
                 ls3_247, ls3_248, ls3_249, ls3_250, ls3_251, ls3_252, ls3_253, ls3_254, ls3_255,
             ) = _triton_lu1_forward1(
@@ -3033,8 +2985,8 @@ C_SOURCE = r'''
 /* MC_PARTS value:0,tangent:0,jacobian:1,total:1 (entry point: part; -DMC_PART=k builds part k alone) */
 /* MC_WIDTHS x=6,1,1,6,1,1 tangent=36 jacobian=240 total=360 (per point: the inputs' components in argument order, each derivative entry point's entries) */
 #include "modelc_kernel.h"
-#if MC_KERNEL_ABI != 5
-#error "this source needs modelc_kernel.h ABI 5: regenerate it with the installed modelc"
+#if MC_KERNEL_ABI != 6
+#error "this source needs modelc_kernel.h ABI 6: regenerate it with the installed modelc"
 #endif
 
 /* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/phi, state/internal/gamma_rate: the lanes of a block iterate together until none is active.

@@ -288,40 +288,6 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1,
         old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4,
         old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, X, O)
-    ncse_0 = (-state_internal_Ep_0)
-    ncse_1 = (1.0 + p_nu)
-    ncse_2 = (1.0 / ncse_1)
-    ncse_3 = (forces_E_0 + ncse_0)
-    ncse_4 = (-state_internal_Ep_1)
-    ncse_5 = (forces_E_1 + ncse_4)
-    ncse_6 = (p_E * ncse_2)
-    ncse_7 = (0.6666666666666666 * ncse_6)
-    ncse_8 = (ncse_5 * ncse_7)
-    ncse_9 = (-state_internal_Ep_2)
-    ncse_10 = (forces_E_2 + ncse_9)
-    ncse_11 = (ncse_10 * ncse_7)
-    ncse_15 = (-state_internal_Ep_3)
-    ncse_16 = (forces_E_3 + ncse_15)
-    ncse_17 = ((p_E * p_E) * (ncse_2 * ncse_2))
-    ncse_18 = (ncse_17 * (ncse_16 * ncse_16))
-    ncse_19 = (-state_internal_Ep_4)
-    ncse_20 = (forces_E_4 + ncse_19)
-    ncse_21 = (ncse_17 * (ncse_20 * ncse_20))
-    ncse_22 = (-state_internal_Ep_5)
-    ncse_23 = (forces_E_5 + ncse_22)
-    ncse_24 = (ncse_17 * (ncse_23 * ncse_23))
-    ncse_25 = (0.3333333333333333 * ncse_3 * ncse_6)
-    ncse_26 = (0.3333333333333333 * ncse_6)
-    ncse_27 = (ncse_26 * ncse_5)
-    ncse_28 = (ncse_10 * ncse_26)
-    ncse_29 = (ncse_3 * ncse_7)
-    ncse_122 = (ncse_11 - ncse_25 - ncse_27)
-    ncse_123 = (ncse_29 - ncse_27 - ncse_28)
-    ncse_124 = (ncse_8 - ncse_25 - ncse_28)
-    ncse_30 = torch.sqrt(torch.clamp((ncse_18 + ncse_21 + ncse_24 + (ncse_122 * ncse_122) + (ncse_123 * ncse_123) + (ncse_124 * ncse_124)), min=0.0))
-    ncse_31 = _sdiv(1.0, ncse_30)
-    nx_0 = ncse_31
-    nx_1 = ncse_30
     cse_0 = (forces_E_0 - state_internal_Ep_0)
     cse_1 = (forces_E_1 - state_internal_Ep_1)
     cse_2 = (forces_E_2 - state_internal_Ep_2)
@@ -352,116 +318,125 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_23 = (-cse_22)
         cse_24 = (-cse_12)
         cse_26 = (cse_11 * cse_11)
-        cse_30 = torch.where(state_internal_gamma_rate == 0.0, 0.0, nx_0)
-        cse_31 = (-0.6666666666666666 * cse_30)
-        cse_32 = _sdiv(1.0, (2.0 * nx_1))
-        cse_33 = torch.where(state_internal_gamma_rate == 0.0, 0.0, cse_32)
-        cse_34 = torch.where(state_internal_gamma_rate == 0.0, 0.0, _sdiv(1.0, (nx_1 * nx_1)))
-        cse_35 = (0.6666666666666666 * cse_1)
-        cse_36 = (0.6666666666666666 * cse_2)
-        cse_37 = (-cse_35 - cse_36 + (1.3333333333333333 * cse_0))
-        cse_38 = (p_E * p_E)
-        cse_39 = (cse_26 * cse_38)
-        cse_40 = (-cse_31 - (0.5 * cse_33 * cse_34 * cse_39 * (cse_37 * cse_37)))
-        cse_41 = (forces_t - old_forces_t)
-        cse_42 = (-cse_41)
-        cse_43 = (cse_42 * state_internal_gamma_rate)
-        cse_44 = (cse_12 * cse_43)
-        cse_45 = (cse_40 * cse_44)
-        cse_46 = (0.3333333333333333 * cse_30)
-        cse_47 = (0.6666666666666666 * cse_0)
-        cse_48 = (-cse_36 - cse_47 + (1.3333333333333333 * cse_1))
-        cse_49 = (cse_33 * cse_34)
-        cse_50 = (0.5 * cse_49)
-        cse_51 = (cse_37 * cse_39 * cse_50)
-        cse_52 = (-cse_46 - (cse_48 * cse_51))
-        cse_53 = (-cse_44 * cse_52)
-        cse_54 = (-cse_35 - cse_47 + (1.3333333333333333 * cse_2))
-        cse_55 = (-cse_46 - (cse_51 * cse_54))
-        cse_56 = (-cse_44 * cse_55)
-        cse_57 = (cse_15 * cse_43)
-        cse_58 = (cse_11 * cse_11 * cse_11)
-        cse_59 = (cse_49 * (p_E * p_E * p_E))
-        cse_60 = (cse_37 * cse_59)
-        cse_61 = (cse_58 * cse_60)
-        cse_62 = (cse_57 * cse_61)
-        cse_63 = (cse_17 * cse_43)
-        cse_64 = (cse_61 * cse_63)
-        cse_65 = (cse_19 * cse_43)
-        cse_66 = (cse_61 * cse_65)
-        cse_67 = (cse_42 * nx_0)
-        cse_68 = (0.5 * cse_12)
-        cse_69 = (cse_67 * cse_68)
-        cse_70 = (-cse_31 - (0.5 * cse_33 * cse_34 * cse_39 * (cse_48 * cse_48)))
-        cse_71 = (cse_44 * cse_70)
-        cse_72 = (-cse_46 - (cse_39 * cse_48 * cse_50 * cse_54))
-        cse_73 = (-cse_44 * cse_72)
-        cse_74 = (cse_58 * cse_59)
-        cse_75 = (cse_48 * cse_74)
-        cse_76 = (cse_57 * cse_75)
-        cse_77 = (cse_63 * cse_75)
-        cse_78 = (cse_65 * cse_75)
-        cse_79 = (-cse_31 - (0.5 * cse_33 * cse_34 * cse_39 * (cse_54 * cse_54)))
-        cse_80 = (cse_44 * cse_79)
-        cse_81 = (cse_54 * cse_74)
-        cse_82 = (cse_57 * cse_81)
-        cse_83 = (cse_63 * cse_81)
-        cse_84 = (cse_65 * cse_81)
-        cse_85 = (-cse_30)
-        cse_86 = (cse_15 * cse_15)
-        cse_87 = (2.0 * cse_86)
-        cse_88 = (cse_39 * cse_49)
-        cse_89 = (-cse_85 - (cse_87 * cse_88))
-        cse_90 = (cse_44 * cse_89)
-        cse_91 = (2.0 * cse_74)
-        cse_92 = (cse_57 * cse_91)
-        cse_93 = (cse_17 * cse_92)
-        cse_94 = (cse_19 * cse_92)
-        cse_95 = (cse_17 * cse_17)
-        cse_96 = (2.0 * cse_95)
-        cse_97 = (-cse_85 - (cse_88 * cse_96))
-        cse_98 = (cse_44 * cse_97)
-        cse_99 = (cse_19 * cse_63 * cse_91)
-        cse_100 = (cse_19 * cse_19)
-        cse_101 = (2.0 * cse_100)
-        cse_102 = (-cse_85 - (cse_101 * cse_88))
-        cse_103 = (cse_102 * cse_44)
-        cse_106 = (p_E * cse_41)
-        cse_107 = _heaviside((-(cse_106 * state_internal_gamma_rate) - (0.816496580927726 * (-p_sigma_y + (1.224744871391589 * nx_1) - (p_K * state_internal_ep)))))
-        cse_108 = (-1.0 + cse_107)
-        cse_109 = (cse_108 * cse_32)
-        cse_110 = (cse_109 * cse_39)
-        cse_111 = (-cse_110 * cse_37)
-        cse_112 = (-cse_110 * cse_48)
-        cse_113 = (-cse_110 * cse_54)
-        cse_114 = (2.0 * cse_110)
-        cse_115 = (-cse_114 * cse_15)
-        cse_116 = (-cse_114 * cse_17)
-        cse_117 = (-cse_114 * cse_19)
-        cse_118 = (0.816496580927726 * cse_108)
+        cse_30 = (0.3333333333333333 * cse_0)
+        cse_31 = (0.3333333333333333 * cse_1)
+        cse_32 = (0.6666666666666666 * cse_2)
+        cse_33 = (0.6666666666666666 * cse_1)
+        cse_34 = (0.3333333333333333 * cse_2)
+        cse_35 = (0.6666666666666666 * cse_0)
+        cse_36 = (cse_15 * cse_15)
+        cse_37 = (cse_17 * cse_17)
+        cse_38 = (cse_19 * cse_19)
+        cse_39 = (cse_36 + cse_37 + cse_38)
+        cse_40 = (p_E * p_E)
+        cse_41 = (cse_26 * cse_40)
+        cse_152 = (cse_32 - cse_30 - cse_31)
+        cse_153 = (cse_33 - cse_30 - cse_34)
+        cse_154 = (cse_35 - cse_31 - cse_34)
+        cse_42 = torch.sqrt(torch.clamp(((cse_39 * cse_41) + ((cse_12 * cse_12) * (cse_152 * cse_152)) + ((cse_12 * cse_12) * (cse_153 * cse_153)) + ((cse_12 * cse_12) * (cse_154 * cse_154))), min=0.0))
+        cse_43 = _sdiv(1.0, cse_42)
+        cse_44 = torch.where(state_internal_gamma_rate == 0.0, 0.0, cse_43)
+        cse_45 = (-0.6666666666666666 * cse_44)
+        cse_46 = (-cse_32 - cse_33 + (1.3333333333333333 * cse_0))
+        cse_47 = _sdiv(1.0, (2.0 * cse_42))
+        cse_48 = torch.where(state_internal_gamma_rate == 0.0, 0.0, cse_47)
+        cse_49 = torch.where(state_internal_gamma_rate == 0.0, 0.0, _sdiv(1.0, (cse_42 * cse_42)))
+        cse_50 = (-cse_45 - (0.5 * cse_41 * cse_48 * cse_49 * (cse_46 * cse_46)))
+        cse_51 = (forces_t - old_forces_t)
+        cse_52 = (-cse_51)
+        cse_53 = (cse_52 * state_internal_gamma_rate)
+        cse_54 = (cse_12 * cse_53)
+        cse_55 = (cse_50 * cse_54)
+        cse_56 = (0.3333333333333333 * cse_44)
+        cse_57 = (-cse_32 - cse_35 + (1.3333333333333333 * cse_1))
+        cse_58 = (cse_48 * cse_49)
+        cse_59 = (0.5 * cse_58)
+        cse_60 = (cse_41 * cse_46 * cse_59)
+        cse_61 = (-cse_56 - (cse_57 * cse_60))
+        cse_62 = (-cse_54 * cse_61)
+        cse_63 = (-cse_33 - cse_35 + (1.3333333333333333 * cse_2))
+        cse_64 = (-cse_56 - (cse_60 * cse_63))
+        cse_65 = (-cse_54 * cse_64)
+        cse_66 = (cse_15 * cse_53)
+        cse_67 = (cse_11 * cse_11 * cse_11)
+        cse_68 = (cse_58 * (p_E * p_E * p_E))
+        cse_69 = (cse_46 * cse_68)
+        cse_70 = (cse_67 * cse_69)
+        cse_71 = (cse_66 * cse_70)
+        cse_72 = (cse_17 * cse_53)
+        cse_73 = (cse_70 * cse_72)
+        cse_74 = (cse_19 * cse_53)
+        cse_75 = (cse_70 * cse_74)
+        cse_76 = (cse_43 * cse_52)
+        cse_77 = (0.5 * cse_12)
+        cse_78 = (cse_76 * cse_77)
+        cse_79 = (-cse_45 - (0.5 * cse_41 * cse_48 * cse_49 * (cse_57 * cse_57)))
+        cse_80 = (cse_54 * cse_79)
+        cse_81 = (-cse_56 - (cse_41 * cse_57 * cse_59 * cse_63))
+        cse_82 = (-cse_54 * cse_81)
+        cse_83 = (cse_67 * cse_68)
+        cse_84 = (cse_57 * cse_83)
+        cse_85 = (cse_66 * cse_84)
+        cse_86 = (cse_72 * cse_84)
+        cse_87 = (cse_74 * cse_84)
+        cse_88 = (-cse_45 - (0.5 * cse_41 * cse_48 * cse_49 * (cse_63 * cse_63)))
+        cse_89 = (cse_54 * cse_88)
+        cse_90 = (cse_63 * cse_83)
+        cse_91 = (cse_66 * cse_90)
+        cse_92 = (cse_72 * cse_90)
+        cse_93 = (cse_74 * cse_90)
+        cse_94 = (-cse_44)
+        cse_95 = (2.0 * cse_36)
+        cse_96 = (cse_41 * cse_58)
+        cse_97 = (-cse_94 - (cse_95 * cse_96))
+        cse_98 = (cse_54 * cse_97)
+        cse_99 = (2.0 * cse_83)
+        cse_100 = (cse_66 * cse_99)
+        cse_101 = (cse_100 * cse_17)
+        cse_102 = (cse_100 * cse_19)
+        cse_103 = (2.0 * cse_37)
+        cse_104 = (-cse_94 - (cse_103 * cse_96))
+        cse_105 = (cse_104 * cse_54)
+        cse_106 = (cse_19 * cse_72 * cse_99)
+        cse_107 = (2.0 * cse_38)
+        cse_108 = (-cse_94 - (cse_107 * cse_96))
+        cse_109 = (cse_108 * cse_54)
+        cse_112 = (p_E * cse_51)
+        cse_113 = _heaviside((-(cse_112 * state_internal_gamma_rate) - (0.816496580927726 * (-p_sigma_y + (1.224744871391589 * cse_42) - (p_K * state_internal_ep)))))
+        cse_114 = (-1.0 + cse_113)
+        cse_115 = (cse_114 * cse_47)
+        cse_116 = (cse_115 * cse_41)
+        cse_117 = (-cse_116 * cse_46)
+        cse_118 = (-cse_116 * cse_57)
+        cse_119 = (-cse_116 * cse_63)
+        cse_120 = (2.0 * cse_116)
+        cse_121 = (-cse_120 * cse_15)
+        cse_122 = (-cse_120 * cse_17)
+        cse_123 = (-cse_120 * cse_19)
+        cse_124 = (0.816496580927726 * cse_114)
         # elimination lu1: 8x8, shared by the linear solves below, unrolled over structural nonzeros
         lu1_A = _matrix([
-            [(1.0 - cse_45), cse_53, cse_56, cse_62, cse_64, cse_66, 0.0, (cse_37 * cse_69)],
-            [cse_53, (1.0 - cse_71), cse_73, cse_76, cse_77, cse_78, 0.0, (cse_48 * cse_69)],
-            [cse_56, cse_73, (1.0 - cse_80), cse_82, cse_83, cse_84, 0.0, (cse_54 * cse_69)],
-            [cse_62, cse_76, cse_82, (1.0 - cse_90), cse_93, cse_94, 0.0, (cse_67 * state_S_3)],
-            [cse_64, cse_77, cse_83, cse_93, (1.0 - cse_98), cse_99, 0.0, (cse_67 * state_S_4)],
-            [cse_66, cse_78, cse_84, cse_94, cse_99, (1.0 - cse_103), 0.0, (cse_67 * state_S_5)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, (0.816496580927726 * cse_42)],
-            [cse_111, cse_112, cse_113, cse_115, cse_116, cse_117, (-p_K * cse_118), (cse_106 * cse_107)],
+            [(1.0 - cse_55), cse_62, cse_65, cse_71, cse_73, cse_75, 0.0, (cse_46 * cse_78)],
+            [cse_62, (1.0 - cse_80), cse_82, cse_85, cse_86, cse_87, 0.0, (cse_57 * cse_78)],
+            [cse_65, cse_82, (1.0 - cse_89), cse_91, cse_92, cse_93, 0.0, (cse_63 * cse_78)],
+            [cse_71, cse_85, cse_91, (1.0 - cse_98), cse_101, cse_102, 0.0, (cse_76 * state_S_3)],
+            [cse_73, cse_86, cse_92, cse_101, (1.0 - cse_105), cse_106, 0.0, (cse_76 * state_S_4)],
+            [cse_75, cse_87, cse_93, cse_102, cse_106, (1.0 - cse_109), 0.0, (cse_76 * state_S_5)],
+            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, (0.816496580927726 * cse_52)],
+            [cse_117, cse_118, cse_119, cse_121, cse_122, cse_123, (-p_K * cse_124), (cse_112 * cse_113)],
         ], X)
         lu1_s = _rowscale(lu1_A)
         lu1_LU, lu1_piv = torch.linalg.lu_factor_ex(lu1_A * lu1_s, check_errors=False)[:2]
         # linear solve 1: 8x8, 6 right-hand side(s) through elimination lu1
         ls1_B = _matrix([
-            [(-cse_45), cse_53, cse_56, cse_62, cse_64, cse_66],
-            [cse_53, (-cse_71), cse_73, cse_76, cse_77, cse_78],
-            [cse_56, cse_73, (-cse_80), cse_82, cse_83, cse_84],
-            [cse_62, cse_76, cse_82, (-cse_90), cse_93, cse_94],
-            [cse_64, cse_77, cse_83, cse_93, (-cse_98), cse_99],
-            [cse_66, cse_78, cse_84, cse_94, cse_99, (-cse_103)],
+            [(-cse_55), cse_62, cse_65, cse_71, cse_73, cse_75],
+            [cse_62, (-cse_80), cse_82, cse_85, cse_86, cse_87],
+            [cse_65, cse_82, (-cse_89), cse_91, cse_92, cse_93],
+            [cse_71, cse_85, cse_91, (-cse_98), cse_101, cse_102],
+            [cse_73, cse_86, cse_92, cse_101, (-cse_105), cse_106],
+            [cse_75, cse_87, cse_93, cse_102, cse_106, (-cse_109)],
             [0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_111, cse_112, cse_113, cse_115, cse_116, cse_117],
+            [cse_117, cse_118, cse_119, cse_121, cse_122, cse_123],
         ], X)
         ls1_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls1_B * lu1_s)
         d1 = ls1_X[:, 0, 0]
@@ -549,27 +524,27 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d83 = (cse_24 * d35)
         d84 = (cse_12 + (cse_24 * d36))
     if V & 12:  # jacobian, total
-        cse_119 = (nx_0 * state_internal_gamma_rate)
-        cse_120 = (cse_119 * cse_68)
-        cse_121 = (cse_120 * cse_37)
-        cse_131 = (cse_120 * cse_48)
-        cse_133 = (cse_120 * cse_54)
-        cse_134 = (cse_119 * state_S_3)
-        cse_139 = (cse_119 * state_S_4)
-        cse_141 = (cse_119 * state_S_5)
-        cse_143 = (0.816496580927726 * state_internal_gamma_rate)
-        cse_144 = (cse_107 * state_internal_gamma_rate)
-        cse_145 = (p_E * cse_144)
+        cse_125 = (cse_43 * state_internal_gamma_rate)
+        cse_126 = (cse_125 * cse_77)
+        cse_127 = (cse_126 * cse_46)
+        cse_136 = (cse_126 * cse_57)
+        cse_138 = (cse_126 * cse_63)
+        cse_139 = (cse_125 * state_S_3)
+        cse_144 = (cse_125 * state_S_4)
+        cse_146 = (cse_125 * state_S_5)
+        cse_148 = (0.816496580927726 * state_internal_gamma_rate)
+        cse_149 = (cse_113 * state_internal_gamma_rate)
+        cse_150 = (p_E * cse_149)
         # linear solve 2: 8x8, 9 right-hand side(s) through elimination lu1
         ls2_B = _matrix([
-            [cse_121, (-cse_121), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_131, (-cse_131), 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_133, (-cse_133), 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_134, (-cse_134), 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],
-            [cse_139, (-cse_139), 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0],
-            [cse_141, (-cse_141), 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
-            [cse_143, (-cse_143), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
-            [(-cse_145), cse_145, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_127, (-cse_127), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_136, (-cse_136), 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_138, (-cse_138), 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_139, (-cse_139), 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],
+            [cse_144, (-cse_144), 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0],
+            [cse_146, (-cse_146), 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
+            [cse_148, (-cse_148), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
+            [(-cse_150), cse_150, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
         ], X)
         ls2_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls2_B * lu1_s)
         d85 = ls2_X[:, 0, 0]
@@ -703,33 +678,32 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_27 = (cse_6 + (cse_4 * (cse_6 * cse_6)))
         cse_28 = (cse_27 * cse_3)
         cse_29 = (p_E * cse_26)
-        cse_122 = (cse_100 + cse_86 + cse_95)
-        cse_123 = (cse_38 * cse_49 * cse_58)
-        cse_124 = (-cse_122 * cse_123)
-        cse_125 = (cse_11 * cse_11 * cse_11 * cse_11)
-        cse_126 = (cse_122 * cse_125)
-        cse_127 = (-cse_3 * ((cse_11 * cse_27) - (cse_26 * cse_7)))
-        cse_128 = (-cse_127 - (cse_0 * cse_26))
-        cse_129 = (-cse_127 - (cse_1 * cse_26))
-        cse_130 = (-cse_127 - (cse_2 * cse_26))
-        cse_132 = (cse_126 * cse_59)
-        cse_135 = (cse_101 + cse_96)
-        cse_136 = ((cse_13 * cse_48) + (cse_14 * cse_54) + (cse_37 * cse_9))
-        cse_137 = ((cse_128 * cse_37) + (cse_129 * cse_48) + (cse_130 * cse_54))
-        cse_138 = (-cse_137 * cse_26)
-        cse_140 = (cse_101 + cse_87)
-        cse_142 = (cse_87 + cse_96)
-        cse_146 = (cse_135 + cse_87)
+        cse_128 = (cse_40 * cse_58 * cse_67)
+        cse_129 = (-cse_128 * cse_39)
+        cse_130 = (cse_11 * cse_11 * cse_11 * cse_11)
+        cse_131 = (cse_130 * cse_39)
+        cse_132 = (-cse_3 * ((cse_11 * cse_27) - (cse_26 * cse_7)))
+        cse_133 = (-cse_132 - (cse_0 * cse_26))
+        cse_134 = (-cse_132 - (cse_1 * cse_26))
+        cse_135 = (-cse_132 - (cse_2 * cse_26))
+        cse_137 = (cse_131 * cse_68)
+        cse_140 = (cse_103 + cse_107)
+        cse_141 = ((cse_13 * cse_57) + (cse_14 * cse_63) + (cse_46 * cse_9))
+        cse_142 = ((cse_133 * cse_46) + (cse_134 * cse_57) + (cse_135 * cse_63))
+        cse_143 = (-cse_142 * cse_26)
+        cse_145 = (cse_107 + cse_95)
+        cse_147 = (cse_103 + cse_95)
+        cse_151 = (cse_140 + cse_95)
         # linear solve 3: 8x8, 4 right-hand side(s) through elimination lu1
         ls3_B = _matrix([
-            [(-cse_43 * ((cse_11 * ((cse_13 * cse_52) + (cse_14 * cse_55) + (cse_40 * cse_9))) + (cse_124 * cse_37))), (-cse_43 * ((p_E * ((cse_128 * cse_40) + (cse_129 * cse_52) + (cse_130 * cse_55))) + (cse_126 * cse_60))), 0.0, 0.0],
-            [(-cse_43 * ((cse_11 * ((cse_13 * cse_70) + (cse_14 * cse_72) + (cse_52 * cse_9))) + (cse_124 * cse_48))), (-cse_43 * ((p_E * ((cse_128 * cse_52) + (cse_129 * cse_70) + (cse_130 * cse_72))) + (cse_132 * cse_48))), 0.0, 0.0],
-            [(-cse_43 * ((cse_11 * ((cse_13 * cse_72) + (cse_14 * cse_79) + (cse_55 * cse_9))) + (cse_124 * cse_54))), (-cse_43 * ((p_E * ((cse_128 * cse_55) + (cse_129 * cse_72) + (cse_130 * cse_79))) + (cse_132 * cse_54))), 0.0, 0.0],
-            [(-cse_57 * ((cse_11 * cse_89) + (cse_123 * (-cse_135 - cse_136)))), (-cse_57 * ((cse_59 * (cse_138 + (cse_125 * cse_135))) - (cse_29 * cse_89))), 0.0, 0.0],
-            [(-cse_63 * ((cse_11 * cse_97) + (cse_123 * (-cse_136 - cse_140)))), (-cse_63 * ((cse_59 * (cse_138 + (cse_125 * cse_140))) - (cse_29 * cse_97))), 0.0, 0.0],
-            [(-cse_65 * ((cse_102 * cse_11) + (cse_123 * (-cse_136 - cse_142)))), (-cse_65 * ((cse_59 * (cse_138 + (cse_125 * cse_142))) - (cse_102 * cse_29))), 0.0, 0.0],
+            [(-cse_53 * ((cse_11 * ((cse_13 * cse_61) + (cse_14 * cse_64) + (cse_50 * cse_9))) + (cse_129 * cse_46))), (-cse_53 * ((p_E * ((cse_133 * cse_50) + (cse_134 * cse_61) + (cse_135 * cse_64))) + (cse_131 * cse_69))), 0.0, 0.0],
+            [(-cse_53 * ((cse_11 * ((cse_13 * cse_79) + (cse_14 * cse_81) + (cse_61 * cse_9))) + (cse_129 * cse_57))), (-cse_53 * ((p_E * ((cse_133 * cse_61) + (cse_134 * cse_79) + (cse_135 * cse_81))) + (cse_137 * cse_57))), 0.0, 0.0],
+            [(-cse_53 * ((cse_11 * ((cse_13 * cse_81) + (cse_14 * cse_88) + (cse_64 * cse_9))) + (cse_129 * cse_63))), (-cse_53 * ((p_E * ((cse_133 * cse_64) + (cse_134 * cse_81) + (cse_135 * cse_88))) + (cse_137 * cse_63))), 0.0, 0.0],
+            [(-cse_66 * ((cse_11 * cse_97) + (cse_128 * (-cse_140 - cse_141)))), (-cse_66 * ((cse_68 * (cse_143 + (cse_130 * cse_140))) - (cse_29 * cse_97))), 0.0, 0.0],
+            [(-cse_72 * ((cse_104 * cse_11) + (cse_128 * (-cse_141 - cse_145)))), (-cse_72 * ((cse_68 * (cse_143 + (cse_130 * cse_145))) - (cse_104 * cse_29))), 0.0, 0.0],
+            [(-cse_74 * ((cse_108 * cse_11) + (cse_128 * (-cse_141 - cse_147)))), (-cse_74 * ((cse_68 * (cse_143 + (cse_130 * cse_147))) - (cse_108 * cse_29))), 0.0, 0.0],
             [0.0, 0.0, 0.0, 0.0],
-            [(-(cse_144 * cse_41) - (cse_109 * cse_29 * (cse_136 + cse_146))), (-cse_109 * cse_38 * ((cse_11 * cse_137) - (cse_146 * cse_58))), (cse_118 * state_internal_ep), cse_118],
+            [(-(cse_149 * cse_51) - (cse_115 * cse_29 * (cse_141 + cse_151))), (-cse_115 * cse_40 * ((cse_11 * cse_142) - (cse_151 * cse_67))), (cse_124 * state_internal_ep), cse_124],
         ], X)
         ls3_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls3_B * lu1_s)
         d211 = ls3_X[:, 0, 0]
@@ -914,15 +888,6 @@ if triton is not None:
         return s2, s4, s3, s5
 
     @triton.jit
-    def _mc_pos(x):
-        return tl.where(x < 0.0, 0.0, x)
-
-    @triton.jit
-    def _mc_sdiv(a, b):
-        nz = b != 0.0
-        return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
-
-    @triton.jit
     def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
         t0 = tl.join(a0, a2)
         t1 = tl.join(a1, a3)
@@ -944,6 +909,15 @@ if triton is not None:
     def _mc_row2(a0, a1, BLOCK: tl.constexpr):
         t0 = tl.join(a0, a1)
         return tl.reshape(t0, [BLOCK, 2])
+
+    @triton.jit
+    def _mc_pos(x):
+        return tl.where(x < 0.0, 0.0, x)
+
+    @triton.jit
+    def _mc_sdiv(a, b):
+        nz = b != 0.0
+        return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
 
     @triton.jit
     def _mc_row32(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, BLOCK: tl.constexpr):
@@ -1668,12 +1642,12 @@ if triton is not None:
         # constants of the kernel dtype (a bare float literal would be fp32)
         K0 = tl.full([], float("nan"), DTYPE)
         K1 = tl.full([], 1.0, DTYPE)
-        K2 = tl.full([], 0.6666666666666666, DTYPE)
+        K2 = tl.full([], 2.0, DTYPE)
         K3 = tl.full([], 0.3333333333333333, DTYPE)
-        K4 = tl.full([], 2.0, DTYPE)
-        K5 = tl.full([], 1.3333333333333333, DTYPE)
-        K6 = tl.full([], 0.0, DTYPE)
-        K7 = tl.full([], 0.5, DTYPE)
+        K4 = tl.full([], 0.6666666666666666, DTYPE)
+        K5 = tl.full([], 0.0, DTYPE)
+        K6 = tl.full([], 0.5, DTYPE)
+        K7 = tl.full([], 1.3333333333333333, DTYPE)
         K8 = tl.full([], 0.816496580927726, DTYPE)
         K9 = tl.full([], 1.224744871391589, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
@@ -1714,40 +1688,6 @@ if triton is not None:
             old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4,
             old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol,
             o_maxit, mask, DTYPE, EPS, BLOCK)
-        ncse_0 = (-state_internal_Ep_0)
-        ncse_1 = (K1 + p_nu)
-        ncse_2 = (K1 / ncse_1)
-        ncse_3 = (forces_E_0 + ncse_0)
-        ncse_4 = (-state_internal_Ep_1)
-        ncse_5 = (forces_E_1 + ncse_4)
-        ncse_6 = (p_E * ncse_2)
-        ncse_7 = (K2 * ncse_6)
-        ncse_8 = (ncse_5 * ncse_7)
-        ncse_9 = (-state_internal_Ep_2)
-        ncse_10 = (forces_E_2 + ncse_9)
-        ncse_11 = (ncse_10 * ncse_7)
-        ncse_15 = (-state_internal_Ep_3)
-        ncse_16 = (forces_E_3 + ncse_15)
-        ncse_17 = ((p_E * p_E) * (ncse_2 * ncse_2))
-        ncse_18 = (ncse_17 * (ncse_16 * ncse_16))
-        ncse_19 = (-state_internal_Ep_4)
-        ncse_20 = (forces_E_4 + ncse_19)
-        ncse_21 = (ncse_17 * (ncse_20 * ncse_20))
-        ncse_22 = (-state_internal_Ep_5)
-        ncse_23 = (forces_E_5 + ncse_22)
-        ncse_24 = (ncse_17 * (ncse_23 * ncse_23))
-        ncse_25 = (K3 * ncse_3 * ncse_6)
-        ncse_26 = (K3 * ncse_6)
-        ncse_27 = (ncse_26 * ncse_5)
-        ncse_28 = (ncse_10 * ncse_26)
-        ncse_29 = (ncse_3 * ncse_7)
-        ncse_122 = (ncse_11 - ncse_25 - ncse_27)
-        ncse_123 = (ncse_29 - ncse_27 - ncse_28)
-        ncse_124 = (ncse_8 - ncse_25 - ncse_28)
-        ncse_30 = tl.sqrt(_mc_pos((ncse_18 + ncse_21 + ncse_24 + (ncse_122 * ncse_122) + (ncse_123 * ncse_123) + (ncse_124 * ncse_124))))
-        ncse_31 = _mc_sdiv(K1, ncse_30)
-        nx_0 = ncse_31
-        nx_1 = ncse_30
         # outputs 0 .. 3; NaN where Newton did not converge
         if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
             tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
@@ -1769,7 +1709,7 @@ if triton is not None:
         cse_1 = (forces_E_1 - state_internal_Ep_1)
         cse_2 = (forces_E_2 - state_internal_Ep_2)
         cse_3 = (cse_0 + cse_1 + cse_2)
-        cse_4 = (K4 * p_nu)
+        cse_4 = (K2 * p_nu)
         cse_5 = (K1 - cse_4)
         cse_6 = (K1 / cse_5)
         cse_7 = (p_nu * cse_6)
@@ -1798,135 +1738,144 @@ if triton is not None:
                 tl.where((j2_linear_iso_return_map_converged & fin), state_S_4, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_5, K0), _zero10, _zero10, BLOCK)
             tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 8)[None, :], _row11, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6))
         if V & 14:  # tangent, jacobian, total
-            cse_35 = (K2 * cse_1)
-            cse_36 = (K2 * cse_2)
-            cse_37 = (-cse_35 - cse_36 + (K5 * cse_0))
+            cse_36 = (cse_15 * cse_15)
+            cse_37 = (cse_17 * cse_17)
+            cse_38 = (cse_19 * cse_19)
+            cse_39 = (cse_36 + cse_37 + cse_38)
+            cse_30 = (K3 * cse_0)
+            cse_31 = (K3 * cse_1)
+            cse_32 = (K4 * cse_2)
+            cse_152 = (cse_32 - cse_30 - cse_31)
+            cse_33 = (K4 * cse_1)
+            cse_34 = (K3 * cse_2)
+            cse_153 = (cse_33 - cse_30 - cse_34)
+            cse_35 = (K4 * cse_0)
+            cse_154 = (cse_35 - cse_31 - cse_34)
             cse_26 = (cse_11 * cse_11)
-            cse_38 = (p_E * p_E)
-            cse_39 = (cse_26 * cse_38)
-            cse_32 = _mc_sdiv(K1, (K4 * nx_1))
-            cse_33 = tl.where(state_internal_gamma_rate == 0.0, K6, cse_32)
-            cse_34 = tl.where(state_internal_gamma_rate == 0.0, K6, _mc_sdiv(K1, (nx_1 * nx_1)))
-            cse_49 = (cse_33 * cse_34)
-            cse_50 = (K7 * cse_49)
-            cse_51 = (cse_37 * cse_39 * cse_50)
-            cse_47 = (K2 * cse_0)
-            cse_48 = (-cse_36 - cse_47 + (K5 * cse_1))
-            cse_30 = tl.where(state_internal_gamma_rate == 0.0, K6, nx_0)
-            cse_46 = (K3 * cse_30)
-            cse_52 = (-cse_46 - (cse_48 * cse_51))
-            cse_41 = (forces_t - old_forces_t)
-            cse_42 = (-cse_41)
-            cse_43 = (cse_42 * state_internal_gamma_rate)
-            cse_44 = (cse_12 * cse_43)
-            cse_53 = (-cse_44 * cse_52)
-            cse_54 = (-cse_35 - cse_47 + (K5 * cse_2))
-            cse_55 = (-cse_46 - (cse_51 * cse_54))
-            cse_56 = (-cse_44 * cse_55)
-            cse_72 = (-cse_46 - (cse_39 * cse_48 * cse_50 * cse_54))
-            cse_73 = (-cse_44 * cse_72)
-            cse_31 = (-K2 * cse_30)
-            cse_40 = (-cse_31 - (K7 * cse_33 * cse_34 * cse_39 * (cse_37 * cse_37)))
-            cse_45 = (cse_40 * cse_44)
-            cse_70 = (-cse_31 - (K7 * cse_33 * cse_34 * cse_39 * (cse_48 * cse_48)))
-            cse_71 = (cse_44 * cse_70)
-            cse_79 = (-cse_31 - (K7 * cse_33 * cse_34 * cse_39 * (cse_54 * cse_54)))
-            cse_80 = (cse_44 * cse_79)
-            cse_59 = (cse_49 * (p_E * p_E * p_E))
-            cse_60 = (cse_37 * cse_59)
-            cse_58 = (cse_11 * cse_11 * cse_11)
-            cse_61 = (cse_58 * cse_60)
-            cse_57 = (cse_15 * cse_43)
-            cse_62 = (cse_57 * cse_61)
-            cse_63 = (cse_17 * cse_43)
-            cse_64 = (cse_61 * cse_63)
-            cse_65 = (cse_19 * cse_43)
-            cse_66 = (cse_61 * cse_65)
-            cse_74 = (cse_58 * cse_59)
-            cse_75 = (cse_48 * cse_74)
-            cse_76 = (cse_57 * cse_75)
-            cse_77 = (cse_63 * cse_75)
-            cse_78 = (cse_65 * cse_75)
-            cse_81 = (cse_54 * cse_74)
-            cse_82 = (cse_57 * cse_81)
-            cse_83 = (cse_63 * cse_81)
-            cse_84 = (cse_65 * cse_81)
-            cse_88 = (cse_39 * cse_49)
-            cse_86 = (cse_15 * cse_15)
-            cse_87 = (K4 * cse_86)
-            cse_85 = (-cse_30)
-            cse_89 = (-cse_85 - (cse_87 * cse_88))
-            cse_90 = (cse_44 * cse_89)
-            cse_95 = (cse_17 * cse_17)
-            cse_96 = (K4 * cse_95)
-            cse_97 = (-cse_85 - (cse_88 * cse_96))
-            cse_98 = (cse_44 * cse_97)
-            cse_100 = (cse_19 * cse_19)
-            cse_101 = (K4 * cse_100)
-            cse_102 = (-cse_85 - (cse_101 * cse_88))
-            cse_103 = (cse_102 * cse_44)
-            cse_106 = (p_E * cse_41)
-            cse_107 = tl.where((-(cse_106 * state_internal_gamma_rate) - (K8 * (-p_sigma_y + (K9 * nx_1) - (p_K * state_internal_ep)))) > 0.0, 1.0, 0.0)
-            cse_108 = (-K1 + cse_107)
-            cse_109 = (cse_108 * cse_32)
-            cse_110 = (cse_109 * cse_39)
-            cse_111 = (-cse_110 * cse_37)
-            cse_112 = (-cse_110 * cse_48)
-            cse_113 = (-cse_110 * cse_54)
-            cse_91 = (K4 * cse_74)
-            cse_92 = (cse_57 * cse_91)
-            cse_93 = (cse_17 * cse_92)
-            cse_94 = (cse_19 * cse_92)
-            cse_99 = (cse_19 * cse_63 * cse_91)
-            cse_114 = (K4 * cse_110)
-            cse_115 = (-cse_114 * cse_15)
-            cse_116 = (-cse_114 * cse_17)
-            cse_117 = (-cse_114 * cse_19)
-            cse_68 = (K7 * cse_12)
-            cse_67 = (cse_42 * nx_0)
-            cse_69 = (cse_67 * cse_68)
-            cse_118 = (K8 * cse_108)
+            cse_40 = (p_E * p_E)
+            cse_41 = (cse_26 * cse_40)
+            cse_42 = tl.sqrt(_mc_pos(((cse_39 * cse_41) + ((cse_12 * cse_12) * (cse_152 * cse_152)) + ((cse_12 * cse_12) * (cse_153 * cse_153)) + ((cse_12 * cse_12) * (cse_154 * cse_154)))))
+            cse_47 = _mc_sdiv(K1, (K2 * cse_42))
+            cse_48 = tl.where(state_internal_gamma_rate == 0.0, K5, cse_47)
+            cse_49 = tl.where(state_internal_gamma_rate == 0.0, K5, _mc_sdiv(K1, (cse_42 * cse_42)))
+            cse_58 = (cse_48 * cse_49)
+            cse_59 = (K6 * cse_58)
+            cse_46 = (-cse_32 - cse_33 + (K7 * cse_0))
+            cse_60 = (cse_41 * cse_46 * cse_59)
+            cse_43 = _mc_sdiv(K1, cse_42)
+            cse_44 = tl.where(state_internal_gamma_rate == 0.0, K5, cse_43)
+            cse_56 = (K3 * cse_44)
+            cse_57 = (-cse_32 - cse_35 + (K7 * cse_1))
+            cse_61 = (-cse_56 - (cse_57 * cse_60))
+            cse_51 = (forces_t - old_forces_t)
+            cse_52 = (-cse_51)
+            cse_53 = (cse_52 * state_internal_gamma_rate)
+            cse_54 = (cse_12 * cse_53)
+            cse_62 = (-cse_54 * cse_61)
+            cse_63 = (-cse_33 - cse_35 + (K7 * cse_2))
+            cse_64 = (-cse_56 - (cse_60 * cse_63))
+            cse_65 = (-cse_54 * cse_64)
+            cse_81 = (-cse_56 - (cse_41 * cse_57 * cse_59 * cse_63))
+            cse_82 = (-cse_54 * cse_81)
+            cse_96 = (cse_41 * cse_58)
+            cse_94 = (-cse_44)
+            cse_95 = (K2 * cse_36)
+            cse_97 = (-cse_94 - (cse_95 * cse_96))
+            cse_98 = (cse_54 * cse_97)
+            cse_103 = (K2 * cse_37)
+            cse_104 = (-cse_94 - (cse_103 * cse_96))
+            cse_105 = (cse_104 * cse_54)
+            cse_107 = (K2 * cse_38)
+            cse_108 = (-cse_94 - (cse_107 * cse_96))
+            cse_109 = (cse_108 * cse_54)
+            cse_68 = (cse_58 * (p_E * p_E * p_E))
+            cse_69 = (cse_46 * cse_68)
+            cse_67 = (cse_11 * cse_11 * cse_11)
+            cse_70 = (cse_67 * cse_69)
+            cse_66 = (cse_15 * cse_53)
+            cse_71 = (cse_66 * cse_70)
+            cse_72 = (cse_17 * cse_53)
+            cse_73 = (cse_70 * cse_72)
+            cse_74 = (cse_19 * cse_53)
+            cse_75 = (cse_70 * cse_74)
+            cse_83 = (cse_67 * cse_68)
+            cse_84 = (cse_57 * cse_83)
+            cse_85 = (cse_66 * cse_84)
+            cse_86 = (cse_72 * cse_84)
+            cse_87 = (cse_74 * cse_84)
+            cse_90 = (cse_63 * cse_83)
+            cse_91 = (cse_66 * cse_90)
+            cse_92 = (cse_72 * cse_90)
+            cse_93 = (cse_74 * cse_90)
+            cse_99 = (K2 * cse_83)
+            cse_100 = (cse_66 * cse_99)
+            cse_101 = (cse_100 * cse_17)
+            cse_102 = (cse_100 * cse_19)
+            cse_45 = (-K4 * cse_44)
+            cse_50 = (-cse_45 - (K6 * cse_41 * cse_48 * cse_49 * (cse_46 * cse_46)))
+            cse_55 = (cse_50 * cse_54)
+            cse_79 = (-cse_45 - (K6 * cse_41 * cse_48 * cse_49 * (cse_57 * cse_57)))
+            cse_80 = (cse_54 * cse_79)
+            cse_88 = (-cse_45 - (K6 * cse_41 * cse_48 * cse_49 * (cse_63 * cse_63)))
+            cse_89 = (cse_54 * cse_88)
+            cse_106 = (cse_19 * cse_72 * cse_99)
+            cse_112 = (p_E * cse_51)
+            cse_113 = tl.where((-(cse_112 * state_internal_gamma_rate) - (K8 * (-p_sigma_y + (K9 * cse_42) - (p_K * state_internal_ep)))) > 0.0, 1.0, 0.0)
+            cse_114 = (-K1 + cse_113)
+            cse_115 = (cse_114 * cse_47)
+            cse_116 = (cse_115 * cse_41)
+            cse_117 = (-cse_116 * cse_46)
+            cse_118 = (-cse_116 * cse_57)
+            cse_119 = (-cse_116 * cse_63)
+            cse_120 = (K2 * cse_116)
+            cse_121 = (-cse_120 * cse_15)
+            cse_122 = (-cse_120 * cse_17)
+            cse_123 = (-cse_120 * cse_19)
+            cse_76 = (cse_43 * cse_52)
+            cse_77 = (K6 * cse_12)
+            cse_78 = (cse_76 * cse_77)
+            cse_124 = (K8 * cse_114)
             # elimination lu1: 8x8, shared by the linear solves below, unrolled over structural nonzeros
-            lu1_1 = (K1 - cse_45)
-            lu1_2 = (cse_37 * cse_69)
-            lu1_3 = (K1 - cse_71)
-            lu1_4 = (cse_48 * cse_69)
-            lu1_5 = (K1 - cse_80)
-            lu1_6 = (cse_54 * cse_69)
-            lu1_7 = (K1 - cse_90)
-            lu1_8 = (cse_67 * state_S_3)
-            lu1_9 = (K1 - cse_98)
-            lu1_10 = (cse_67 * state_S_4)
-            lu1_11 = (K1 - cse_103)
-            lu1_12 = (cse_67 * state_S_5)
-            lu1_13 = (K8 * cse_42)
-            lu1_14 = (-p_K * cse_118)
-            lu1_15 = (cse_106 * cse_107)
+            lu1_1 = (K1 - cse_55)
+            lu1_2 = (cse_46 * cse_78)
+            lu1_3 = (K1 - cse_80)
+            lu1_4 = (cse_57 * cse_78)
+            lu1_5 = (K1 - cse_89)
+            lu1_6 = (cse_63 * cse_78)
+            lu1_7 = (K1 - cse_98)
+            lu1_8 = (cse_76 * state_S_3)
+            lu1_9 = (K1 - cse_105)
+            lu1_10 = (cse_76 * state_S_4)
+            lu1_11 = (K1 - cse_109)
+            lu1_12 = (cse_76 * state_S_5)
+            lu1_13 = (K8 * cse_52)
+            lu1_14 = (-p_K * cse_124)
+            lu1_15 = (cse_112 * cse_113)
             lu1_lu = _triton_lu1(
-                lu1_1, cse_53, cse_56, cse_62, cse_64, cse_66, lu1_2, cse_53, lu1_3, cse_73, cse_76, cse_77,
-                cse_78, lu1_4, cse_56, cse_73, lu1_5, cse_82, cse_83, cse_84, lu1_6, cse_62, cse_76, cse_82,
-                lu1_7, cse_93, cse_94, lu1_8, cse_64, cse_77, cse_83, cse_93, lu1_9, cse_99, lu1_10, cse_66,
-                cse_78, cse_84, cse_94, cse_99, lu1_11, lu1_12, lu1_13, cse_111, cse_112, cse_113, cse_115,
-                cse_116, cse_117, lu1_14, lu1_15, DTYPE)
+                lu1_1, cse_62, cse_65, cse_71, cse_73, cse_75, lu1_2, cse_62, lu1_3, cse_82, cse_85, cse_86,
+                cse_87, lu1_4, cse_65, cse_82, lu1_5, cse_91, cse_92, cse_93, lu1_6, cse_71, cse_85, cse_91,
+                lu1_7, cse_101, cse_102, lu1_8, cse_73, cse_86, cse_92, cse_101, lu1_9, cse_106, lu1_10,
+                cse_75, cse_87, cse_93, cse_102, cse_106, lu1_11, lu1_12, lu1_13, cse_117, cse_118, cse_119,
+                cse_121, cse_122, cse_123, lu1_14, lu1_15, DTYPE)
             # linear solve 1: 8x8, 6 right-hand side(s) through elimination lu1
-            ls1_16 = (-cse_45)
+            ls1_16 = (-cse_55)
             (ls1_17, ls1_18, ls1_19, ls1_20, ls1_21, ls1_22, ls1_24) = _triton_lu1_forward2(
-                lu1_lu, ls1_16, cse_53, cse_56, cse_62, cse_64, cse_66, cse_111, DTYPE)
-            ls1_25 = (-cse_71)
+                lu1_lu, ls1_16, cse_62, cse_65, cse_71, cse_73, cse_75, cse_117, DTYPE)
+            ls1_25 = (-cse_80)
             (ls1_26, ls1_27, ls1_28, ls1_29, ls1_30, ls1_31, ls1_33) = _triton_lu1_forward2(
-                lu1_lu, cse_53, ls1_25, cse_73, cse_76, cse_77, cse_78, cse_112, DTYPE)
-            ls1_34 = (-cse_80)
+                lu1_lu, cse_62, ls1_25, cse_82, cse_85, cse_86, cse_87, cse_118, DTYPE)
+            ls1_34 = (-cse_89)
             (ls1_35, ls1_36, ls1_37, ls1_38, ls1_39, ls1_40, ls1_42) = _triton_lu1_forward2(
-                lu1_lu, cse_56, cse_73, ls1_34, cse_82, cse_83, cse_84, cse_113, DTYPE)
-            ls1_43 = (-cse_90)
+                lu1_lu, cse_65, cse_82, ls1_34, cse_91, cse_92, cse_93, cse_119, DTYPE)
+            ls1_43 = (-cse_98)
             (ls1_44, ls1_45, ls1_46, ls1_47, ls1_48, ls1_49, ls1_51) = _triton_lu1_forward2(
-                lu1_lu, cse_62, cse_76, cse_82, ls1_43, cse_93, cse_94, cse_115, DTYPE)
-            ls1_52 = (-cse_98)
+                lu1_lu, cse_71, cse_85, cse_91, ls1_43, cse_101, cse_102, cse_121, DTYPE)
+            ls1_52 = (-cse_105)
             (ls1_53, ls1_54, ls1_55, ls1_56, ls1_57, ls1_58, ls1_60) = _triton_lu1_forward2(
-                lu1_lu, cse_64, cse_77, cse_83, cse_93, ls1_52, cse_99, cse_116, DTYPE)
-            ls1_61 = (-cse_103)
+                lu1_lu, cse_73, cse_86, cse_92, cse_101, ls1_52, cse_106, cse_122, DTYPE)
+            ls1_61 = (-cse_109)
             (ls1_62, ls1_63, ls1_64, ls1_65, ls1_66, ls1_67, ls1_69) = _triton_lu1_forward2(
-                lu1_lu, cse_66, cse_78, cse_84, cse_94, cse_99, ls1_61, cse_117, DTYPE)
+                lu1_lu, cse_75, cse_87, cse_93, cse_102, cse_106, ls1_61, cse_123, DTYPE)
             (d1, d2, d3, d4, d5, d6, d7, d8) = _triton_lu1_back2(
                 lu1_lu, ls1_17, ls1_18, ls1_19, ls1_20, ls1_21, ls1_22, ls1_24, DTYPE)
             (d9, d10, d11, d12, d13, d14, d15, d16) = _triton_lu1_back2(
@@ -2038,30 +1987,30 @@ if triton is not None:
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
             tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d81, K0), tl.where((j2_linear_iso_return_map_converged & fin), d82, K0), tl.where((j2_linear_iso_return_map_converged & fin), d83, K0), tl.where((j2_linear_iso_return_map_converged & fin), d84, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 12:  # jacobian, total
-            cse_119 = (nx_0 * state_internal_gamma_rate)
-            cse_120 = (cse_119 * cse_68)
-            cse_121 = (cse_120 * cse_37)
-            cse_131 = (cse_120 * cse_48)
-            cse_133 = (cse_120 * cse_54)
-            cse_134 = (cse_119 * state_S_3)
-            cse_139 = (cse_119 * state_S_4)
-            cse_141 = (cse_119 * state_S_5)
-            cse_143 = (K8 * state_internal_gamma_rate)
-            cse_144 = (cse_107 * state_internal_gamma_rate)
-            cse_145 = (p_E * cse_144)
+            cse_125 = (cse_43 * state_internal_gamma_rate)
+            cse_126 = (cse_125 * cse_77)
+            cse_127 = (cse_126 * cse_46)
+            cse_136 = (cse_126 * cse_57)
+            cse_138 = (cse_126 * cse_63)
+            cse_139 = (cse_125 * state_S_3)
+            cse_144 = (cse_125 * state_S_4)
+            cse_146 = (cse_125 * state_S_5)
+            cse_148 = (K8 * state_internal_gamma_rate)
+            cse_149 = (cse_113 * state_internal_gamma_rate)
+            cse_150 = (p_E * cse_149)
             # linear solve 2: 8x8, 9 right-hand side(s) through elimination lu1
-            ls2_70 = (-cse_145)
+            ls2_70 = (-cse_150)
             (ls2_71, ls2_72, ls2_73, ls2_74, ls2_75, ls2_76, ls2_77, ls2_78) = _triton_lu1_forward1(
-                lu1_lu, cse_121, cse_131, cse_133, cse_134, cse_139, cse_141, cse_143, ls2_70, DTYPE)
-            ls2_79 = (-cse_121)
-            ls2_80 = (-cse_131)
-            ls2_81 = (-cse_133)
-            ls2_82 = (-cse_134)
-            ls2_83 = (-cse_139)
-            ls2_84 = (-cse_141)
-            ls2_85 = (-cse_143)
+                lu1_lu, cse_127, cse_136, cse_138, cse_139, cse_144, cse_146, cse_148, ls2_70, DTYPE)
+            ls2_79 = (-cse_127)
+            ls2_80 = (-cse_136)
+            ls2_81 = (-cse_138)
+            ls2_82 = (-cse_139)
+            ls2_83 = (-cse_144)
+            ls2_84 = (-cse_146)
+            ls2_85 = (-cse_148)
             (ls2_86, ls2_87, ls2_88, ls2_89, ls2_90, ls2_91, ls2_92, ls2_93) = _triton_lu1_forward1(
-                lu1_lu, ls2_79, ls2_80, ls2_81, ls2_82, ls2_83, ls2_84, ls2_85, cse_145, DTYPE)
+                lu1_lu, ls2_79, ls2_80, ls2_81, ls2_82, ls2_83, ls2_84, ls2_85, cse_150, DTYPE)
             ls2_95, ls2_96, ls2_97, ls2_98, ls2_99, ls2_101 = _triton_lu1_forward3(lu1_lu, DTYPE)
             ls2_104, ls2_105, ls2_106, ls2_107, ls2_109 = _triton_lu1_forward4(lu1_lu, DTYPE)
             ls2_113, ls2_114, ls2_115, ls2_117 = _triton_lu1_forward5(lu1_lu, DTYPE)
@@ -2143,45 +2092,44 @@ if triton is not None:
             cse_27 = (cse_6 + (cse_4 * (cse_6 * cse_6)))
             cse_28 = (cse_27 * cse_3)
             cse_29 = (p_E * cse_26)
-            cse_122 = (cse_100 + cse_86 + cse_95)
-            cse_123 = (cse_38 * cse_49 * cse_58)
-            cse_124 = (-cse_122 * cse_123)
-            cse_125 = (cse_11 * cse_11 * cse_11 * cse_11)
-            cse_126 = (cse_122 * cse_125)
-            cse_127 = (-cse_3 * ((cse_11 * cse_27) - (cse_26 * cse_7)))
-            cse_128 = (-cse_127 - (cse_0 * cse_26))
-            cse_129 = (-cse_127 - (cse_1 * cse_26))
-            cse_130 = (-cse_127 - (cse_2 * cse_26))
-            cse_132 = (cse_126 * cse_59)
-            cse_135 = (cse_101 + cse_96)
-            cse_136 = ((cse_13 * cse_48) + (cse_14 * cse_54) + (cse_37 * cse_9))
-            cse_137 = ((cse_128 * cse_37) + (cse_129 * cse_48) + (cse_130 * cse_54))
-            cse_138 = (-cse_137 * cse_26)
-            cse_140 = (cse_101 + cse_87)
-            cse_142 = (cse_87 + cse_96)
-            cse_146 = (cse_135 + cse_87)
+            cse_128 = (cse_40 * cse_58 * cse_67)
+            cse_129 = (-cse_128 * cse_39)
+            cse_130 = (cse_11 * cse_11 * cse_11 * cse_11)
+            cse_131 = (cse_130 * cse_39)
+            cse_132 = (-cse_3 * ((cse_11 * cse_27) - (cse_26 * cse_7)))
+            cse_133 = (-cse_132 - (cse_0 * cse_26))
+            cse_134 = (-cse_132 - (cse_1 * cse_26))
+            cse_135 = (-cse_132 - (cse_2 * cse_26))
+            cse_137 = (cse_131 * cse_68)
+            cse_140 = (cse_103 + cse_107)
+            cse_141 = ((cse_13 * cse_57) + (cse_14 * cse_63) + (cse_46 * cse_9))
+            cse_142 = ((cse_133 * cse_46) + (cse_134 * cse_57) + (cse_135 * cse_63))
+            cse_143 = (-cse_142 * cse_26)
+            cse_145 = (cse_107 + cse_95)
+            cse_147 = (cse_103 + cse_95)
+            cse_151 = (cse_140 + cse_95)
             # linear solve 3: 8x8, 4 right-hand side(s) through elimination lu1
-            ls3_150 = (-cse_43 * ((cse_11 * ((cse_13 * cse_52) + (cse_14 * cse_55) + (cse_40 * cse_9))) + (cse_124 * cse_37)))
-            ls3_151 = (-cse_43 * ((cse_11 * ((cse_13 * cse_70) + (cse_14 * cse_72) + (cse_52 * cse_9))) + (cse_124 * cse_48)))
-            ls3_152 = (-cse_43 * ((cse_11 * ((cse_13 * cse_72) + (cse_14 * cse_79) + (cse_55 * cse_9))) + (cse_124 * cse_54)))
-            ls3_153 = (-cse_57 * ((cse_11 * cse_89) + (cse_123 * (-cse_135 - cse_136))))
-            ls3_154 = (-cse_63 * ((cse_11 * cse_97) + (cse_123 * (-cse_136 - cse_140))))
-            ls3_155 = (-cse_65 * ((cse_102 * cse_11) + (cse_123 * (-cse_136 - cse_142))))
-            ls3_156 = (-(cse_144 * cse_41) - (cse_109 * cse_29 * (cse_136 + cse_146)))
+            ls3_150 = (-cse_53 * ((cse_11 * ((cse_13 * cse_61) + (cse_14 * cse_64) + (cse_50 * cse_9))) + (cse_129 * cse_46)))
+            ls3_151 = (-cse_53 * ((cse_11 * ((cse_13 * cse_79) + (cse_14 * cse_81) + (cse_61 * cse_9))) + (cse_129 * cse_57)))
+            ls3_152 = (-cse_53 * ((cse_11 * ((cse_13 * cse_81) + (cse_14 * cse_88) + (cse_64 * cse_9))) + (cse_129 * cse_63)))
+            ls3_153 = (-cse_66 * ((cse_11 * cse_97) + (cse_128 * (-cse_140 - cse_141))))
+            ls3_154 = (-cse_72 * ((cse_104 * cse_11) + (cse_128 * (-cse_141 - cse_145))))
+            ls3_155 = (-cse_74 * ((cse_108 * cse_11) + (cse_128 * (-cse_141 - cse_147))))
+            ls3_156 = (-(cse_149 * cse_51) - (cse_115 * cse_29 * (cse_141 + cse_151)))
             (ls3_157, ls3_158, ls3_159, ls3_160, ls3_161, ls3_162, ls3_164) = _triton_lu1_forward2(
                 lu1_lu, ls3_150, ls3_151, ls3_152, ls3_153, ls3_154, ls3_155, ls3_156, DTYPE)
-            ls3_165 = (-cse_43 * ((p_E * ((cse_128 * cse_40) + (cse_129 * cse_52) + (cse_130 * cse_55))) + (cse_126 * cse_60)))
-            ls3_166 = (-cse_43 * ((p_E * ((cse_128 * cse_52) + (cse_129 * cse_70) + (cse_130 * cse_72))) + (cse_132 * cse_48)))
-            ls3_167 = (-cse_43 * ((p_E * ((cse_128 * cse_55) + (cse_129 * cse_72) + (cse_130 * cse_79))) + (cse_132 * cse_54)))
-            ls3_168 = (-cse_57 * ((cse_59 * (cse_138 + (cse_125 * cse_135))) - (cse_29 * cse_89)))
-            ls3_169 = (-cse_63 * ((cse_59 * (cse_138 + (cse_125 * cse_140))) - (cse_29 * cse_97)))
-            ls3_170 = (-cse_65 * ((cse_59 * (cse_138 + (cse_125 * cse_142))) - (cse_102 * cse_29)))
-            ls3_171 = (-cse_109 * cse_38 * ((cse_11 * cse_137) - (cse_146 * cse_58)))
+            ls3_165 = (-cse_53 * ((p_E * ((cse_133 * cse_50) + (cse_134 * cse_61) + (cse_135 * cse_64))) + (cse_131 * cse_69)))
+            ls3_166 = (-cse_53 * ((p_E * ((cse_133 * cse_61) + (cse_134 * cse_79) + (cse_135 * cse_81))) + (cse_137 * cse_57)))
+            ls3_167 = (-cse_53 * ((p_E * ((cse_133 * cse_64) + (cse_134 * cse_81) + (cse_135 * cse_88))) + (cse_137 * cse_63)))
+            ls3_168 = (-cse_66 * ((cse_68 * (cse_143 + (cse_130 * cse_140))) - (cse_29 * cse_97)))
+            ls3_169 = (-cse_72 * ((cse_68 * (cse_143 + (cse_130 * cse_145))) - (cse_104 * cse_29)))
+            ls3_170 = (-cse_74 * ((cse_68 * (cse_143 + (cse_130 * cse_147))) - (cse_108 * cse_29)))
+            ls3_171 = (-cse_115 * cse_40 * ((cse_11 * cse_142) - (cse_151 * cse_67)))
             (ls3_172, ls3_173, ls3_174, ls3_175, ls3_176, ls3_177, ls3_179) = _triton_lu1_forward2(
                 lu1_lu, ls3_165, ls3_166, ls3_167, ls3_168, ls3_169, ls3_170, ls3_171, DTYPE)
-            ls3_180 = (cse_118 * state_internal_ep)
+            ls3_180 = (cse_124 * state_internal_ep)
             ls3_188 = _triton_lu1_forward10(lu1_lu, ls3_180, DTYPE)
-            ls3_196 = _triton_lu1_forward10(lu1_lu, cse_118, DTYPE)
+            ls3_196 = _triton_lu1_forward10(lu1_lu, cse_124, DTYPE)
             (d211, d212, d213, d214, d215, d216, d217, d218) = _triton_lu1_back2(
                 lu1_lu, ls3_157, ls3_158, ls3_159, ls3_160, ls3_161, ls3_162, ls3_164, DTYPE)
             (d219, d220, d221, d222, d223, d224, d225, d226) = _triton_lu1_back2(
@@ -2218,77 +2166,77 @@ if triton is not None:
                 tl.where((j2_linear_iso_return_map_converged & fin), d1, K0), tl.where((j2_linear_iso_return_map_converged & fin), d9, K0), tl.where((j2_linear_iso_return_map_converged & fin), d17, K0), tl.where((j2_linear_iso_return_map_converged & fin), d25, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d33, K0), tl.where((j2_linear_iso_return_map_converged & fin), d41, K0), tl.where((j2_linear_iso_return_map_converged & fin), d85, K0), tl.where((j2_linear_iso_return_map_converged & fin), d93, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d101, K0), tl.where((j2_linear_iso_return_map_converged & fin), d109, K0), tl.where((j2_linear_iso_return_map_converged & fin), d117, K0), tl.where((j2_linear_iso_return_map_converged & fin), d125, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d133, K0), tl.where((j2_linear_iso_return_map_converged & fin), d141, K0), tl.where((j2_linear_iso_return_map_converged & fin), d149, K0), tl.where((j2_linear_iso_return_map_converged & fin), K6, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d133, K0), tl.where((j2_linear_iso_return_map_converged & fin), d141, K0), tl.where((j2_linear_iso_return_map_converged & fin), d149, K0), tl.where((j2_linear_iso_return_map_converged & fin), K5, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d2, K0), tl.where((j2_linear_iso_return_map_converged & fin), d10, K0), tl.where((j2_linear_iso_return_map_converged & fin), d18, K0), tl.where((j2_linear_iso_return_map_converged & fin), d26, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d34, K0), tl.where((j2_linear_iso_return_map_converged & fin), d42, K0), tl.where((j2_linear_iso_return_map_converged & fin), d86, K0), tl.where((j2_linear_iso_return_map_converged & fin), d94, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d102, K0), tl.where((j2_linear_iso_return_map_converged & fin), d110, K0), tl.where((j2_linear_iso_return_map_converged & fin), d118, K0), tl.where((j2_linear_iso_return_map_converged & fin), d126, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d134, K0), tl.where((j2_linear_iso_return_map_converged & fin), d142, K0), tl.where((j2_linear_iso_return_map_converged & fin), d150, K0), tl.where((j2_linear_iso_return_map_converged & fin), K6, K0), BLOCK)
+                tl.where((j2_linear_iso_return_map_converged & fin), d134, K0), tl.where((j2_linear_iso_return_map_converged & fin), d142, K0), tl.where((j2_linear_iso_return_map_converged & fin), d150, K0), tl.where((j2_linear_iso_return_map_converged & fin), K5, K0), BLOCK)
             _k17 = tl.arange(0, 32)[None, :]
             tl.store(J + row[:, None] * j_stride + _k17 + (_k17 // 16) * (4 * (V // 8)), _row16, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row18 = _mc_row32(
                 tl.where((j2_linear_iso_return_map_converged & fin), d3, K0), tl.where((j2_linear_iso_return_map_converged & fin), d11, K0), tl.where((j2_linear_iso_return_map_converged & fin), d19, K0), tl.where((j2_linear_iso_return_map_converged & fin), d27, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d35, K0), tl.where((j2_linear_iso_return_map_converged & fin), d43, K0), tl.where((j2_linear_iso_return_map_converged & fin), d87, K0), tl.where((j2_linear_iso_return_map_converged & fin), d95, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d103, K0), tl.where((j2_linear_iso_return_map_converged & fin), d111, K0), tl.where((j2_linear_iso_return_map_converged & fin), d119, K0), tl.where((j2_linear_iso_return_map_converged & fin), d127, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d135, K0), tl.where((j2_linear_iso_return_map_converged & fin), d143, K0), tl.where((j2_linear_iso_return_map_converged & fin), d151, K0), tl.where((j2_linear_iso_return_map_converged & fin), K6, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d135, K0), tl.where((j2_linear_iso_return_map_converged & fin), d143, K0), tl.where((j2_linear_iso_return_map_converged & fin), d151, K0), tl.where((j2_linear_iso_return_map_converged & fin), K5, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d4, K0), tl.where((j2_linear_iso_return_map_converged & fin), d12, K0), tl.where((j2_linear_iso_return_map_converged & fin), d20, K0), tl.where((j2_linear_iso_return_map_converged & fin), d28, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d36, K0), tl.where((j2_linear_iso_return_map_converged & fin), d44, K0), tl.where((j2_linear_iso_return_map_converged & fin), d88, K0), tl.where((j2_linear_iso_return_map_converged & fin), d96, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d104, K0), tl.where((j2_linear_iso_return_map_converged & fin), d112, K0), tl.where((j2_linear_iso_return_map_converged & fin), d120, K0), tl.where((j2_linear_iso_return_map_converged & fin), d128, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d136, K0), tl.where((j2_linear_iso_return_map_converged & fin), d144, K0), tl.where((j2_linear_iso_return_map_converged & fin), d152, K0), tl.where((j2_linear_iso_return_map_converged & fin), K6, K0), BLOCK)
+                tl.where((j2_linear_iso_return_map_converged & fin), d136, K0), tl.where((j2_linear_iso_return_map_converged & fin), d144, K0), tl.where((j2_linear_iso_return_map_converged & fin), d152, K0), tl.where((j2_linear_iso_return_map_converged & fin), K5, K0), BLOCK)
             _k19 = tl.arange(0, 32)[None, :] + 32
             tl.store(J + row[:, None] * j_stride + _k19 + (_k19 // 16) * (4 * (V // 8)), _row18, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row20 = _mc_row32(
                 tl.where((j2_linear_iso_return_map_converged & fin), d5, K0), tl.where((j2_linear_iso_return_map_converged & fin), d13, K0), tl.where((j2_linear_iso_return_map_converged & fin), d21, K0), tl.where((j2_linear_iso_return_map_converged & fin), d29, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d37, K0), tl.where((j2_linear_iso_return_map_converged & fin), d45, K0), tl.where((j2_linear_iso_return_map_converged & fin), d89, K0), tl.where((j2_linear_iso_return_map_converged & fin), d97, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d105, K0), tl.where((j2_linear_iso_return_map_converged & fin), d113, K0), tl.where((j2_linear_iso_return_map_converged & fin), d121, K0), tl.where((j2_linear_iso_return_map_converged & fin), d129, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d137, K0), tl.where((j2_linear_iso_return_map_converged & fin), d145, K0), tl.where((j2_linear_iso_return_map_converged & fin), d153, K0), tl.where((j2_linear_iso_return_map_converged & fin), K6, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d137, K0), tl.where((j2_linear_iso_return_map_converged & fin), d145, K0), tl.where((j2_linear_iso_return_map_converged & fin), d153, K0), tl.where((j2_linear_iso_return_map_converged & fin), K5, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d6, K0), tl.where((j2_linear_iso_return_map_converged & fin), d14, K0), tl.where((j2_linear_iso_return_map_converged & fin), d22, K0), tl.where((j2_linear_iso_return_map_converged & fin), d30, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d38, K0), tl.where((j2_linear_iso_return_map_converged & fin), d46, K0), tl.where((j2_linear_iso_return_map_converged & fin), d90, K0), tl.where((j2_linear_iso_return_map_converged & fin), d98, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d106, K0), tl.where((j2_linear_iso_return_map_converged & fin), d114, K0), tl.where((j2_linear_iso_return_map_converged & fin), d122, K0), tl.where((j2_linear_iso_return_map_converged & fin), d130, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d138, K0), tl.where((j2_linear_iso_return_map_converged & fin), d146, K0), tl.where((j2_linear_iso_return_map_converged & fin), d154, K0), tl.where((j2_linear_iso_return_map_converged & fin), K6, K0), BLOCK)
+                tl.where((j2_linear_iso_return_map_converged & fin), d138, K0), tl.where((j2_linear_iso_return_map_converged & fin), d146, K0), tl.where((j2_linear_iso_return_map_converged & fin), d154, K0), tl.where((j2_linear_iso_return_map_converged & fin), K5, K0), BLOCK)
             _k21 = tl.arange(0, 32)[None, :] + 64
             tl.store(J + row[:, None] * j_stride + _k21 + (_k21 // 16) * (4 * (V // 8)), _row20, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row22 = _mc_row32(
                 tl.where((j2_linear_iso_return_map_converged & fin), d7, K0), tl.where((j2_linear_iso_return_map_converged & fin), d15, K0), tl.where((j2_linear_iso_return_map_converged & fin), d23, K0), tl.where((j2_linear_iso_return_map_converged & fin), d31, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d39, K0), tl.where((j2_linear_iso_return_map_converged & fin), d47, K0), tl.where((j2_linear_iso_return_map_converged & fin), d91, K0), tl.where((j2_linear_iso_return_map_converged & fin), d99, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d107, K0), tl.where((j2_linear_iso_return_map_converged & fin), d115, K0), tl.where((j2_linear_iso_return_map_converged & fin), d123, K0), tl.where((j2_linear_iso_return_map_converged & fin), d131, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d139, K0), tl.where((j2_linear_iso_return_map_converged & fin), d147, K0), tl.where((j2_linear_iso_return_map_converged & fin), d155, K0), tl.where((j2_linear_iso_return_map_converged & fin), K6, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d139, K0), tl.where((j2_linear_iso_return_map_converged & fin), d147, K0), tl.where((j2_linear_iso_return_map_converged & fin), d155, K0), tl.where((j2_linear_iso_return_map_converged & fin), K5, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d8, K0), tl.where((j2_linear_iso_return_map_converged & fin), d16, K0), tl.where((j2_linear_iso_return_map_converged & fin), d24, K0), tl.where((j2_linear_iso_return_map_converged & fin), d32, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d40, K0), tl.where((j2_linear_iso_return_map_converged & fin), d48, K0), tl.where((j2_linear_iso_return_map_converged & fin), d92, K0), tl.where((j2_linear_iso_return_map_converged & fin), d100, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d108, K0), tl.where((j2_linear_iso_return_map_converged & fin), d116, K0), tl.where((j2_linear_iso_return_map_converged & fin), d124, K0), tl.where((j2_linear_iso_return_map_converged & fin), d132, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d140, K0), tl.where((j2_linear_iso_return_map_converged & fin), d148, K0), tl.where((j2_linear_iso_return_map_converged & fin), d156, K0), tl.where((j2_linear_iso_return_map_converged & fin), K6, K0), BLOCK)
+                tl.where((j2_linear_iso_return_map_converged & fin), d140, K0), tl.where((j2_linear_iso_return_map_converged & fin), d148, K0), tl.where((j2_linear_iso_return_map_converged & fin), d156, K0), tl.where((j2_linear_iso_return_map_converged & fin), K5, K0), BLOCK)
             _k23 = tl.arange(0, 32)[None, :] + 96
             tl.store(J + row[:, None] * j_stride + _k23 + (_k23 // 16) * (4 * (V // 8)), _row22, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row24 = _mc_row32(
                 tl.where((j2_linear_iso_return_map_converged & fin), d49, K0), tl.where((j2_linear_iso_return_map_converged & fin), d50, K0), tl.where((j2_linear_iso_return_map_converged & fin), d51, K0), tl.where((j2_linear_iso_return_map_converged & fin), d52, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d53, K0), tl.where((j2_linear_iso_return_map_converged & fin), d54, K0), tl.where((j2_linear_iso_return_map_converged & fin), d157, K0), tl.where((j2_linear_iso_return_map_converged & fin), d163, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d169, K0), tl.where((j2_linear_iso_return_map_converged & fin), d170, K0), tl.where((j2_linear_iso_return_map_converged & fin), d171, K0), tl.where((j2_linear_iso_return_map_converged & fin), d172, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d173, K0), tl.where((j2_linear_iso_return_map_converged & fin), d174, K0), tl.where((j2_linear_iso_return_map_converged & fin), d205, K0), tl.where((j2_linear_iso_return_map_converged & fin), K6, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d173, K0), tl.where((j2_linear_iso_return_map_converged & fin), d174, K0), tl.where((j2_linear_iso_return_map_converged & fin), d205, K0), tl.where((j2_linear_iso_return_map_converged & fin), K5, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d55, K0), tl.where((j2_linear_iso_return_map_converged & fin), d56, K0), tl.where((j2_linear_iso_return_map_converged & fin), d57, K0), tl.where((j2_linear_iso_return_map_converged & fin), d58, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d59, K0), tl.where((j2_linear_iso_return_map_converged & fin), d60, K0), tl.where((j2_linear_iso_return_map_converged & fin), d158, K0), tl.where((j2_linear_iso_return_map_converged & fin), d164, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d175, K0), tl.where((j2_linear_iso_return_map_converged & fin), d176, K0), tl.where((j2_linear_iso_return_map_converged & fin), d177, K0), tl.where((j2_linear_iso_return_map_converged & fin), d178, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d179, K0), tl.where((j2_linear_iso_return_map_converged & fin), d180, K0), tl.where((j2_linear_iso_return_map_converged & fin), d206, K0), tl.where((j2_linear_iso_return_map_converged & fin), K6, K0), BLOCK)
+                tl.where((j2_linear_iso_return_map_converged & fin), d179, K0), tl.where((j2_linear_iso_return_map_converged & fin), d180, K0), tl.where((j2_linear_iso_return_map_converged & fin), d206, K0), tl.where((j2_linear_iso_return_map_converged & fin), K5, K0), BLOCK)
             _k25 = tl.arange(0, 32)[None, :] + 128
             tl.store(J + row[:, None] * j_stride + _k25 + (_k25 // 16) * (4 * (V // 8)), _row24, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row26 = _mc_row32(
                 tl.where((j2_linear_iso_return_map_converged & fin), d61, K0), tl.where((j2_linear_iso_return_map_converged & fin), d62, K0), tl.where((j2_linear_iso_return_map_converged & fin), d63, K0), tl.where((j2_linear_iso_return_map_converged & fin), d64, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d65, K0), tl.where((j2_linear_iso_return_map_converged & fin), d66, K0), tl.where((j2_linear_iso_return_map_converged & fin), d159, K0), tl.where((j2_linear_iso_return_map_converged & fin), d165, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d181, K0), tl.where((j2_linear_iso_return_map_converged & fin), d182, K0), tl.where((j2_linear_iso_return_map_converged & fin), d183, K0), tl.where((j2_linear_iso_return_map_converged & fin), d184, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d185, K0), tl.where((j2_linear_iso_return_map_converged & fin), d186, K0), tl.where((j2_linear_iso_return_map_converged & fin), d207, K0), tl.where((j2_linear_iso_return_map_converged & fin), K6, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d185, K0), tl.where((j2_linear_iso_return_map_converged & fin), d186, K0), tl.where((j2_linear_iso_return_map_converged & fin), d207, K0), tl.where((j2_linear_iso_return_map_converged & fin), K5, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d67, K0), tl.where((j2_linear_iso_return_map_converged & fin), d68, K0), tl.where((j2_linear_iso_return_map_converged & fin), d69, K0), tl.where((j2_linear_iso_return_map_converged & fin), d70, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d71, K0), tl.where((j2_linear_iso_return_map_converged & fin), d72, K0), tl.where((j2_linear_iso_return_map_converged & fin), d160, K0), tl.where((j2_linear_iso_return_map_converged & fin), d166, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d187, K0), tl.where((j2_linear_iso_return_map_converged & fin), d188, K0), tl.where((j2_linear_iso_return_map_converged & fin), d189, K0), tl.where((j2_linear_iso_return_map_converged & fin), d190, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d191, K0), tl.where((j2_linear_iso_return_map_converged & fin), d192, K0), tl.where((j2_linear_iso_return_map_converged & fin), d208, K0), tl.where((j2_linear_iso_return_map_converged & fin), K6, K0), BLOCK)
+                tl.where((j2_linear_iso_return_map_converged & fin), d191, K0), tl.where((j2_linear_iso_return_map_converged & fin), d192, K0), tl.where((j2_linear_iso_return_map_converged & fin), d208, K0), tl.where((j2_linear_iso_return_map_converged & fin), K5, K0), BLOCK)
             _k27 = tl.arange(0, 32)[None, :] + 160
             tl.store(J + row[:, None] * j_stride + _k27 + (_k27 // 16) * (4 * (V // 8)), _row26, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row28 = _mc_row32(
                 tl.where((j2_linear_iso_return_map_converged & fin), d73, K0), tl.where((j2_linear_iso_return_map_converged & fin), d74, K0), tl.where((j2_linear_iso_return_map_converged & fin), d75, K0), tl.where((j2_linear_iso_return_map_converged & fin), d76, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d77, K0), tl.where((j2_linear_iso_return_map_converged & fin), d78, K0), tl.where((j2_linear_iso_return_map_converged & fin), d161, K0), tl.where((j2_linear_iso_return_map_converged & fin), d167, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d193, K0), tl.where((j2_linear_iso_return_map_converged & fin), d194, K0), tl.where((j2_linear_iso_return_map_converged & fin), d195, K0), tl.where((j2_linear_iso_return_map_converged & fin), d196, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d197, K0), tl.where((j2_linear_iso_return_map_converged & fin), d198, K0), tl.where((j2_linear_iso_return_map_converged & fin), d209, K0), tl.where((j2_linear_iso_return_map_converged & fin), K6, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d197, K0), tl.where((j2_linear_iso_return_map_converged & fin), d198, K0), tl.where((j2_linear_iso_return_map_converged & fin), d209, K0), tl.where((j2_linear_iso_return_map_converged & fin), K5, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d79, K0), tl.where((j2_linear_iso_return_map_converged & fin), d80, K0), tl.where((j2_linear_iso_return_map_converged & fin), d81, K0), tl.where((j2_linear_iso_return_map_converged & fin), d82, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d83, K0), tl.where((j2_linear_iso_return_map_converged & fin), d84, K0), tl.where((j2_linear_iso_return_map_converged & fin), d162, K0), tl.where((j2_linear_iso_return_map_converged & fin), d168, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d199, K0), tl.where((j2_linear_iso_return_map_converged & fin), d200, K0), tl.where((j2_linear_iso_return_map_converged & fin), d201, K0), tl.where((j2_linear_iso_return_map_converged & fin), d202, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d203, K0), tl.where((j2_linear_iso_return_map_converged & fin), d204, K0), tl.where((j2_linear_iso_return_map_converged & fin), d210, K0), tl.where((j2_linear_iso_return_map_converged & fin), K6, K0), BLOCK)
+                tl.where((j2_linear_iso_return_map_converged & fin), d203, K0), tl.where((j2_linear_iso_return_map_converged & fin), d204, K0), tl.where((j2_linear_iso_return_map_converged & fin), d210, K0), tl.where((j2_linear_iso_return_map_converged & fin), K5, K0), BLOCK)
             _k29 = tl.arange(0, 32)[None, :] + 192
             tl.store(J + row[:, None] * j_stride + _k29 + (_k29 // 16) * (4 * (V // 8)), _row28, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             if V & 8:
@@ -2345,8 +2293,8 @@ C_SOURCE = r'''
 /* MC_PARTS value:0,tangent:0,jacobian:1,total:1 (entry point: part; -DMC_PART=k builds part k alone) */
 /* MC_WIDTHS x=6,1,1,6,1,1 tangent=36 jacobian=224 total=280 (per point: the inputs' components in argument order, each derivative entry point's entries) */
 #include "modelc_kernel.h"
-#if MC_KERNEL_ABI != 5
-#error "this source needs modelc_kernel.h ABI 5: regenerate it with the installed modelc"
+#if MC_KERNEL_ABI != 6
+#error "this source needs modelc_kernel.h ABI 6: regenerate it with the installed modelc"
 #endif
 
 /* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate: the lanes of a block iterate together until none is active.
@@ -2369,8 +2317,8 @@ MC_INLINE void newton_1_iterate(
     real *restrict v_state_internal_ep, real *restrict v_state_internal_gamma_rate,
     int *restrict v_j2_linear_iso_return_map_converged,
     int *restrict v_j2_linear_iso_return_map_iterations,
-    real *restrict v_j2_linear_iso_return_map_residual_norm, real *restrict v_nx_0,
-    real *restrict v_nx_1, const mc_args *restrict a, const int V) {
+    real *restrict v_j2_linear_iso_return_map_residual_norm, const mc_args *restrict a,
+    const int V) {
     real mc_A[64 * MC_W], mc_B[8 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
     real
@@ -2573,8 +2521,6 @@ MC_INLINE void newton_1_iterate(
         const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * ((((real)3e+38) - ncse_116) > 0 ? ncse_116 : ((real)0.0)))) & (fabs(nt1_r_5) <= (nt1_rtol * ((((real)3e+38) - ncse_118) > 0 ? ncse_118 : ((real)0.0)))));
         const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((((real)3e+38) - ncse_120) > 0 ? ncse_120 : ((real)0.0)))) & (fabs(nt1_r_7) <= (nt1_rtol * ((((real)3e+38) - ncse_121) > 0 ? ncse_121 : ((real)0.0)))));
         const int nt1_ok = (nt1_scaled3 | (j2_linear_iso_return_map_residual_norm <= nt1_atol));
-        v_nx_0[l] = ncse_31;
-        v_nx_1[l] = ncse_30;
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_j2_linear_iso_return_map_converged[l] = mc_was ? nt1_ok : v_j2_linear_iso_return_map_converged[l];
@@ -2996,8 +2942,7 @@ static void newton_1(
     real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_ep,
     real *restrict v_state_internal_gamma_rate, int *restrict v_j2_linear_iso_return_map_converged,
     int *restrict v_j2_linear_iso_return_map_iterations,
-    real *restrict v_j2_linear_iso_return_map_residual_norm, real *restrict v_nx_0,
-    real *restrict v_nx_1, const mc_args *restrict a) {
+    real *restrict v_j2_linear_iso_return_map_residual_norm, const mc_args *restrict a) {
     newton_1_iterate(
         v_p_E, v_p_K, v_p_nu, v_p_sigma_y, v_forces_E_0, v_forces_E_1, v_forces_E_2, v_forces_E_3,
         v_forces_E_4, v_forces_E_5, v_forces_t, v_old_forces_t, v_old_state_internal_Ep_0,
@@ -3006,8 +2951,7 @@ static void newton_1(
         v_old_state_internal_gamma_rate, 0, v_state_internal_Ep_0, v_state_internal_Ep_1,
         v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4, v_state_internal_Ep_5,
         v_state_internal_ep, v_state_internal_gamma_rate, v_j2_linear_iso_return_map_converged,
-        v_j2_linear_iso_return_map_iterations, v_j2_linear_iso_return_map_residual_norm, v_nx_0,
-        v_nx_1, a, 2);
+        v_j2_linear_iso_return_map_iterations, v_j2_linear_iso_return_map_residual_norm, a, 2);
 }
 static void newton_1_lu(
     const real *restrict v_p_E, const real *restrict v_p_K, const real *restrict v_p_nu,
@@ -3026,8 +2970,7 @@ static void newton_1_lu(
     real *restrict v_state_internal_ep, real *restrict v_state_internal_gamma_rate,
     int *restrict v_j2_linear_iso_return_map_converged,
     int *restrict v_j2_linear_iso_return_map_iterations,
-    real *restrict v_j2_linear_iso_return_map_residual_norm, real *restrict v_nx_0,
-    real *restrict v_nx_1, const mc_args *restrict a) {
+    real *restrict v_j2_linear_iso_return_map_residual_norm, const mc_args *restrict a) {
     newton_1_iterate(
         v_p_E, v_p_K, v_p_nu, v_p_sigma_y, v_forces_E_0, v_forces_E_1, v_forces_E_2, v_forces_E_3,
         v_forces_E_4, v_forces_E_5, v_forces_t, v_old_forces_t, v_old_state_internal_Ep_0,
@@ -3036,8 +2979,7 @@ static void newton_1_lu(
         v_old_state_internal_gamma_rate, mc_redo, v_state_internal_Ep_0, v_state_internal_Ep_1,
         v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4, v_state_internal_Ep_5,
         v_state_internal_ep, v_state_internal_gamma_rate, v_j2_linear_iso_return_map_converged,
-        v_j2_linear_iso_return_map_iterations, v_j2_linear_iso_return_map_residual_norm, v_nx_0,
-        v_nx_1, a, 1);
+        v_j2_linear_iso_return_map_iterations, v_j2_linear_iso_return_map_residual_norm, a, 1);
 }
 
 MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int nl, const int V) {
@@ -3099,18 +3041,17 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         v_state_internal_Ep_0[MC_W], v_state_internal_Ep_1[MC_W], v_state_internal_Ep_2[MC_W],
         v_state_internal_Ep_3[MC_W], v_state_internal_Ep_4[MC_W], v_state_internal_Ep_5[MC_W],
         v_state_internal_ep[MC_W], v_state_internal_gamma_rate[MC_W],
-        v_j2_linear_iso_return_map_residual_norm[MC_W], v_nx_0[MC_W], v_nx_1[MC_W], v_cse_0[MC_W],
-        v_cse_1[MC_W], v_cse_2[MC_W], v_cse_3[MC_W], v_cse_4[MC_W], v_cse_6[MC_W], v_cse_7[MC_W],
-        v_cse_9[MC_W], v_cse_11[MC_W], v_cse_12[MC_W], v_cse_13[MC_W], v_cse_14[MC_W], v_cse_15[MC_W],
-        v_state_S_3[MC_W], v_cse_17[MC_W], v_state_S_4[MC_W], v_cse_19[MC_W], v_state_S_5[MC_W],
-        v_cse_21[MC_W], v_cse_22[MC_W], v_cse_23[MC_W], v_cse_24[MC_W], v_cse_26[MC_W], v_cse_37[MC_W],
-        v_cse_38[MC_W], v_cse_40[MC_W], v_cse_41[MC_W], v_cse_43[MC_W], v_cse_48[MC_W], v_cse_49[MC_W],
-        v_cse_52[MC_W], v_cse_54[MC_W], v_cse_55[MC_W], v_cse_57[MC_W], v_cse_58[MC_W], v_cse_59[MC_W],
-        v_cse_60[MC_W], v_cse_63[MC_W], v_cse_65[MC_W], v_cse_68[MC_W], v_cse_70[MC_W], v_cse_72[MC_W],
-        v_cse_79[MC_W], v_cse_86[MC_W], v_cse_87[MC_W], v_cse_89[MC_W], v_cse_95[MC_W], v_cse_96[MC_W],
-        v_cse_97[MC_W], v_cse_100[MC_W], v_cse_101[MC_W], v_cse_102[MC_W], v_cse_107[MC_W],
-        v_cse_109[MC_W], v_cse_118[MC_W], v_cse_144[MC_W], v_cse_25[MC_W], v_cse_28[MC_W],
-        v_cse_29[MC_W];
+        v_j2_linear_iso_return_map_residual_norm[MC_W], v_cse_0[MC_W], v_cse_1[MC_W], v_cse_2[MC_W],
+        v_cse_3[MC_W], v_cse_4[MC_W], v_cse_6[MC_W], v_cse_7[MC_W], v_cse_9[MC_W], v_cse_11[MC_W],
+        v_cse_12[MC_W], v_cse_13[MC_W], v_cse_14[MC_W], v_cse_15[MC_W], v_state_S_3[MC_W],
+        v_cse_17[MC_W], v_state_S_4[MC_W], v_cse_19[MC_W], v_state_S_5[MC_W], v_cse_21[MC_W],
+        v_cse_22[MC_W], v_cse_23[MC_W], v_cse_24[MC_W], v_cse_26[MC_W], v_cse_39[MC_W], v_cse_40[MC_W],
+        v_cse_43[MC_W], v_cse_46[MC_W], v_cse_50[MC_W], v_cse_51[MC_W], v_cse_53[MC_W], v_cse_57[MC_W],
+        v_cse_58[MC_W], v_cse_61[MC_W], v_cse_63[MC_W], v_cse_64[MC_W], v_cse_66[MC_W], v_cse_67[MC_W],
+        v_cse_68[MC_W], v_cse_69[MC_W], v_cse_72[MC_W], v_cse_74[MC_W], v_cse_77[MC_W], v_cse_79[MC_W],
+        v_cse_81[MC_W], v_cse_88[MC_W], v_cse_95[MC_W], v_cse_97[MC_W], v_cse_103[MC_W],
+        v_cse_104[MC_W], v_cse_107[MC_W], v_cse_108[MC_W], v_cse_113[MC_W], v_cse_115[MC_W],
+        v_cse_124[MC_W], v_cse_149[MC_W], v_cse_25[MC_W], v_cse_28[MC_W], v_cse_29[MC_W];
     int v_j2_linear_iso_return_map_converged[MC_W], v_j2_linear_iso_return_map_iterations[MC_W];
     newton_1(
         (v_p + 0 * MC_W), (v_p + 2 * MC_W), (v_p + 1 * MC_W), (v_p + 3 * MC_W), (v_x0 + 0 * MC_W),
@@ -3120,7 +3061,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3,
         v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_gamma_rate,
         v_j2_linear_iso_return_map_converged, v_j2_linear_iso_return_map_iterations,
-        v_j2_linear_iso_return_map_residual_norm, v_nx_0, v_nx_1, a);
+        v_j2_linear_iso_return_map_residual_norm, a);
     {  /* lanes whose unrolled Newton failed: again with the LU's partial pivoting */
         int mc_redo[MC_W], mc_fail = 0;
         MC_LANES { mc_redo[l] = v_j2_linear_iso_return_map_converged[l] == 0; mc_fail |= mc_redo[l]; }
@@ -3132,8 +3073,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             mc_redo, v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2,
             v_state_internal_Ep_3, v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_ep,
             v_state_internal_gamma_rate, v_j2_linear_iso_return_map_converged,
-            v_j2_linear_iso_return_map_iterations, v_j2_linear_iso_return_map_residual_norm, v_nx_0,
-            v_nx_1, a);
+            v_j2_linear_iso_return_map_iterations, v_j2_linear_iso_return_map_residual_norm, a);
     }
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
@@ -3151,9 +3091,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real state_internal_Ep_4 = v_state_internal_Ep_4[l];
         const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
         const real state_internal_Ep_5 = v_state_internal_Ep_5[l];
-        const real nx_0 = v_nx_0[l];
         const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
-        const real nx_1 = v_nx_1[l];
         const real forces_t = (v_x1 + 0 * MC_W)[l];
         const real old_forces_t = (v_x2 + 0 * MC_W)[l];
         const real p_K = MC_P(2, (v_p + 2 * MC_W)[l]);
@@ -3194,141 +3132,150 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_23 = (-cse_22);
         const real cse_24 = (-cse_12);
         const real cse_26 = (cse_11 * cse_11);
-        const real cse_30 = (state_internal_gamma_rate == 0 ? ((real)0.0) : nx_0);
-        const real cse_31 = (-((real)0.6666666666666666) * cse_30);
-        const real cse_32 = mc_sdiv(((real)1.0), (((real)2.0) * nx_1));
-        const real cse_33 = (state_internal_gamma_rate == 0 ? ((real)0.0) : cse_32);
-        const real cse_34 = (state_internal_gamma_rate == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (nx_1 * nx_1)));
-        const real cse_35 = (((real)0.6666666666666666) * cse_1);
-        const real cse_36 = (((real)0.6666666666666666) * cse_2);
-        const real cse_37 = (-cse_35 - cse_36 + (((real)1.3333333333333333) * cse_0));
-        const real cse_38 = (p_E * p_E);
-        const real cse_39 = (cse_26 * cse_38);
-        const real cse_40 = (-cse_31 - (((real)0.5) * cse_33 * cse_34 * cse_39 * (cse_37 * cse_37)));
-        const real cse_41 = (forces_t - old_forces_t);
-        const real cse_42 = (-cse_41);
-        const real cse_43 = (cse_42 * state_internal_gamma_rate);
-        const real cse_44 = (cse_12 * cse_43);
-        const real cse_45 = (cse_40 * cse_44);
-        const real cse_46 = (((real)0.3333333333333333) * cse_30);
-        const real cse_47 = (((real)0.6666666666666666) * cse_0);
-        const real cse_48 = (-cse_36 - cse_47 + (((real)1.3333333333333333) * cse_1));
-        const real cse_49 = (cse_33 * cse_34);
-        const real cse_50 = (((real)0.5) * cse_49);
-        const real cse_51 = (cse_37 * cse_39 * cse_50);
-        const real cse_52 = (-cse_46 - (cse_48 * cse_51));
-        const real cse_53 = (-cse_44 * cse_52);
-        const real cse_54 = (-cse_35 - cse_47 + (((real)1.3333333333333333) * cse_2));
-        const real cse_55 = (-cse_46 - (cse_51 * cse_54));
-        const real cse_56 = (-cse_44 * cse_55);
-        const real cse_57 = (cse_15 * cse_43);
-        const real cse_58 = (cse_11 * cse_11 * cse_11);
-        const real cse_59 = (cse_49 * (p_E * p_E * p_E));
-        const real cse_60 = (cse_37 * cse_59);
-        const real cse_61 = (cse_58 * cse_60);
-        const real cse_62 = (cse_57 * cse_61);
-        const real cse_63 = (cse_17 * cse_43);
-        const real cse_64 = (cse_61 * cse_63);
-        const real cse_65 = (cse_19 * cse_43);
-        const real cse_66 = (cse_61 * cse_65);
-        const real cse_67 = (cse_42 * nx_0);
-        const real cse_68 = (((real)0.5) * cse_12);
-        const real cse_69 = (cse_67 * cse_68);
-        const real cse_70 = (-cse_31 - (((real)0.5) * cse_33 * cse_34 * cse_39 * (cse_48 * cse_48)));
-        const real cse_71 = (cse_44 * cse_70);
-        const real cse_72 = (-cse_46 - (cse_39 * cse_48 * cse_50 * cse_54));
-        const real cse_73 = (-cse_44 * cse_72);
-        const real cse_74 = (cse_58 * cse_59);
-        const real cse_75 = (cse_48 * cse_74);
-        const real cse_76 = (cse_57 * cse_75);
-        const real cse_77 = (cse_63 * cse_75);
-        const real cse_78 = (cse_65 * cse_75);
-        const real cse_79 = (-cse_31 - (((real)0.5) * cse_33 * cse_34 * cse_39 * (cse_54 * cse_54)));
-        const real cse_80 = (cse_44 * cse_79);
-        const real cse_81 = (cse_54 * cse_74);
-        const real cse_82 = (cse_57 * cse_81);
-        const real cse_83 = (cse_63 * cse_81);
-        const real cse_84 = (cse_65 * cse_81);
-        const real cse_85 = (-cse_30);
-        const real cse_86 = (cse_15 * cse_15);
-        const real cse_87 = (((real)2.0) * cse_86);
-        const real cse_88 = (cse_39 * cse_49);
-        const real cse_89 = (-cse_85 - (cse_87 * cse_88));
-        const real cse_90 = (cse_44 * cse_89);
-        const real cse_91 = (((real)2.0) * cse_74);
-        const real cse_92 = (cse_57 * cse_91);
-        const real cse_93 = (cse_17 * cse_92);
-        const real cse_94 = (cse_19 * cse_92);
-        const real cse_95 = (cse_17 * cse_17);
-        const real cse_96 = (((real)2.0) * cse_95);
-        const real cse_97 = (-cse_85 - (cse_88 * cse_96));
-        const real cse_98 = (cse_44 * cse_97);
-        const real cse_99 = (cse_19 * cse_63 * cse_91);
-        const real cse_100 = (cse_19 * cse_19);
-        const real cse_101 = (((real)2.0) * cse_100);
-        const real cse_102 = (-cse_85 - (cse_101 * cse_88));
-        const real cse_103 = (cse_102 * cse_44);
-        const real cse_106 = (p_E * cse_41);
-        const real cse_107 = ((-(cse_106 * state_internal_gamma_rate) - (((real)0.816496580927726) * (-p_sigma_y + (((real)1.224744871391589) * nx_1) - (p_K * state_internal_ep)))) > 0 ? 1 : 0);
-        const real cse_108 = (-((real)1.0) + cse_107);
-        const real cse_109 = (cse_108 * cse_32);
-        const real cse_110 = (cse_109 * cse_39);
-        const real cse_111 = (-cse_110 * cse_37);
-        const real cse_112 = (-cse_110 * cse_48);
-        const real cse_113 = (-cse_110 * cse_54);
-        const real cse_114 = (((real)2.0) * cse_110);
-        const real cse_115 = (-cse_114 * cse_15);
-        const real cse_116 = (-cse_114 * cse_17);
-        const real cse_117 = (-cse_114 * cse_19);
-        const real cse_118 = (((real)0.816496580927726) * cse_108);
-        if (V & 14) mc_ls1_A[0 * MC_W + l] = (((real)1.0) - cse_45);
-        if (V & 14) mc_ls1_A[1 * MC_W + l] = cse_53;
-        if (V & 14) mc_ls1_A[2 * MC_W + l] = cse_56;
-        if (V & 14) mc_ls1_A[3 * MC_W + l] = cse_62;
-        if (V & 14) mc_ls1_A[4 * MC_W + l] = cse_64;
-        if (V & 14) mc_ls1_A[5 * MC_W + l] = cse_66;
+        const real cse_30 = (((real)0.3333333333333333) * cse_0);
+        const real cse_31 = (((real)0.3333333333333333) * cse_1);
+        const real cse_32 = (((real)0.6666666666666666) * cse_2);
+        const real cse_33 = (((real)0.6666666666666666) * cse_1);
+        const real cse_34 = (((real)0.3333333333333333) * cse_2);
+        const real cse_35 = (((real)0.6666666666666666) * cse_0);
+        const real cse_36 = (cse_15 * cse_15);
+        const real cse_37 = (cse_17 * cse_17);
+        const real cse_38 = (cse_19 * cse_19);
+        const real cse_39 = (cse_36 + cse_37 + cse_38);
+        const real cse_40 = (p_E * p_E);
+        const real cse_41 = (cse_26 * cse_40);
+        const real cse_152 = (cse_32 - cse_30 - cse_31);
+        const real cse_153 = (cse_33 - cse_30 - cse_34);
+        const real cse_154 = (cse_35 - cse_31 - cse_34);
+        const real cse_42 = sqrt(mc_pos(((cse_39 * cse_41) + ((cse_12 * cse_12) * (cse_152 * cse_152)) + ((cse_12 * cse_12) * (cse_153 * cse_153)) + ((cse_12 * cse_12) * (cse_154 * cse_154)))));
+        const real cse_43 = mc_sdiv(((real)1.0), cse_42);
+        const real cse_44 = (state_internal_gamma_rate == 0 ? ((real)0.0) : cse_43);
+        const real cse_45 = (-((real)0.6666666666666666) * cse_44);
+        const real cse_46 = (-cse_32 - cse_33 + (((real)1.3333333333333333) * cse_0));
+        const real cse_47 = mc_sdiv(((real)1.0), (((real)2.0) * cse_42));
+        const real cse_48 = (state_internal_gamma_rate == 0 ? ((real)0.0) : cse_47);
+        const real cse_49 = (state_internal_gamma_rate == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (cse_42 * cse_42)));
+        const real cse_50 = (-cse_45 - (((real)0.5) * cse_41 * cse_48 * cse_49 * (cse_46 * cse_46)));
+        const real cse_51 = (forces_t - old_forces_t);
+        const real cse_52 = (-cse_51);
+        const real cse_53 = (cse_52 * state_internal_gamma_rate);
+        const real cse_54 = (cse_12 * cse_53);
+        const real cse_55 = (cse_50 * cse_54);
+        const real cse_56 = (((real)0.3333333333333333) * cse_44);
+        const real cse_57 = (-cse_32 - cse_35 + (((real)1.3333333333333333) * cse_1));
+        const real cse_58 = (cse_48 * cse_49);
+        const real cse_59 = (((real)0.5) * cse_58);
+        const real cse_60 = (cse_41 * cse_46 * cse_59);
+        const real cse_61 = (-cse_56 - (cse_57 * cse_60));
+        const real cse_62 = (-cse_54 * cse_61);
+        const real cse_63 = (-cse_33 - cse_35 + (((real)1.3333333333333333) * cse_2));
+        const real cse_64 = (-cse_56 - (cse_60 * cse_63));
+        const real cse_65 = (-cse_54 * cse_64);
+        const real cse_66 = (cse_15 * cse_53);
+        const real cse_67 = (cse_11 * cse_11 * cse_11);
+        const real cse_68 = (cse_58 * (p_E * p_E * p_E));
+        const real cse_69 = (cse_46 * cse_68);
+        const real cse_70 = (cse_67 * cse_69);
+        const real cse_71 = (cse_66 * cse_70);
+        const real cse_72 = (cse_17 * cse_53);
+        const real cse_73 = (cse_70 * cse_72);
+        const real cse_74 = (cse_19 * cse_53);
+        const real cse_75 = (cse_70 * cse_74);
+        const real cse_76 = (cse_43 * cse_52);
+        const real cse_77 = (((real)0.5) * cse_12);
+        const real cse_78 = (cse_76 * cse_77);
+        const real cse_79 = (-cse_45 - (((real)0.5) * cse_41 * cse_48 * cse_49 * (cse_57 * cse_57)));
+        const real cse_80 = (cse_54 * cse_79);
+        const real cse_81 = (-cse_56 - (cse_41 * cse_57 * cse_59 * cse_63));
+        const real cse_82 = (-cse_54 * cse_81);
+        const real cse_83 = (cse_67 * cse_68);
+        const real cse_84 = (cse_57 * cse_83);
+        const real cse_85 = (cse_66 * cse_84);
+        const real cse_86 = (cse_72 * cse_84);
+        const real cse_87 = (cse_74 * cse_84);
+        const real cse_88 = (-cse_45 - (((real)0.5) * cse_41 * cse_48 * cse_49 * (cse_63 * cse_63)));
+        const real cse_89 = (cse_54 * cse_88);
+        const real cse_90 = (cse_63 * cse_83);
+        const real cse_91 = (cse_66 * cse_90);
+        const real cse_92 = (cse_72 * cse_90);
+        const real cse_93 = (cse_74 * cse_90);
+        const real cse_94 = (-cse_44);
+        const real cse_95 = (((real)2.0) * cse_36);
+        const real cse_96 = (cse_41 * cse_58);
+        const real cse_97 = (-cse_94 - (cse_95 * cse_96));
+        const real cse_98 = (cse_54 * cse_97);
+        const real cse_99 = (((real)2.0) * cse_83);
+        const real cse_100 = (cse_66 * cse_99);
+        const real cse_101 = (cse_100 * cse_17);
+        const real cse_102 = (cse_100 * cse_19);
+        const real cse_103 = (((real)2.0) * cse_37);
+        const real cse_104 = (-cse_94 - (cse_103 * cse_96));
+        const real cse_105 = (cse_104 * cse_54);
+        const real cse_106 = (cse_19 * cse_72 * cse_99);
+        const real cse_107 = (((real)2.0) * cse_38);
+        const real cse_108 = (-cse_94 - (cse_107 * cse_96));
+        const real cse_109 = (cse_108 * cse_54);
+        const real cse_112 = (p_E * cse_51);
+        const real cse_113 = ((-(cse_112 * state_internal_gamma_rate) - (((real)0.816496580927726) * (-p_sigma_y + (((real)1.224744871391589) * cse_42) - (p_K * state_internal_ep)))) > 0 ? 1 : 0);
+        const real cse_114 = (-((real)1.0) + cse_113);
+        const real cse_115 = (cse_114 * cse_47);
+        const real cse_116 = (cse_115 * cse_41);
+        const real cse_117 = (-cse_116 * cse_46);
+        const real cse_118 = (-cse_116 * cse_57);
+        const real cse_119 = (-cse_116 * cse_63);
+        const real cse_120 = (((real)2.0) * cse_116);
+        const real cse_121 = (-cse_120 * cse_15);
+        const real cse_122 = (-cse_120 * cse_17);
+        const real cse_123 = (-cse_120 * cse_19);
+        const real cse_124 = (((real)0.816496580927726) * cse_114);
+        if (V & 14) mc_ls1_A[0 * MC_W + l] = (((real)1.0) - cse_55);
+        if (V & 14) mc_ls1_A[1 * MC_W + l] = cse_62;
+        if (V & 14) mc_ls1_A[2 * MC_W + l] = cse_65;
+        if (V & 14) mc_ls1_A[3 * MC_W + l] = cse_71;
+        if (V & 14) mc_ls1_A[4 * MC_W + l] = cse_73;
+        if (V & 14) mc_ls1_A[5 * MC_W + l] = cse_75;
         if (V & 14) mc_ls1_A[6 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[7 * MC_W + l] = (cse_37 * cse_69);
-        if (V & 14) mc_ls1_A[8 * MC_W + l] = cse_53;
-        if (V & 14) mc_ls1_A[9 * MC_W + l] = (((real)1.0) - cse_71);
-        if (V & 14) mc_ls1_A[10 * MC_W + l] = cse_73;
-        if (V & 14) mc_ls1_A[11 * MC_W + l] = cse_76;
-        if (V & 14) mc_ls1_A[12 * MC_W + l] = cse_77;
-        if (V & 14) mc_ls1_A[13 * MC_W + l] = cse_78;
+        if (V & 14) mc_ls1_A[7 * MC_W + l] = (cse_46 * cse_78);
+        if (V & 14) mc_ls1_A[8 * MC_W + l] = cse_62;
+        if (V & 14) mc_ls1_A[9 * MC_W + l] = (((real)1.0) - cse_80);
+        if (V & 14) mc_ls1_A[10 * MC_W + l] = cse_82;
+        if (V & 14) mc_ls1_A[11 * MC_W + l] = cse_85;
+        if (V & 14) mc_ls1_A[12 * MC_W + l] = cse_86;
+        if (V & 14) mc_ls1_A[13 * MC_W + l] = cse_87;
         if (V & 14) mc_ls1_A[14 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[15 * MC_W + l] = (cse_48 * cse_69);
-        if (V & 14) mc_ls1_A[16 * MC_W + l] = cse_56;
-        if (V & 14) mc_ls1_A[17 * MC_W + l] = cse_73;
-        if (V & 14) mc_ls1_A[18 * MC_W + l] = (((real)1.0) - cse_80);
-        if (V & 14) mc_ls1_A[19 * MC_W + l] = cse_82;
-        if (V & 14) mc_ls1_A[20 * MC_W + l] = cse_83;
-        if (V & 14) mc_ls1_A[21 * MC_W + l] = cse_84;
+        if (V & 14) mc_ls1_A[15 * MC_W + l] = (cse_57 * cse_78);
+        if (V & 14) mc_ls1_A[16 * MC_W + l] = cse_65;
+        if (V & 14) mc_ls1_A[17 * MC_W + l] = cse_82;
+        if (V & 14) mc_ls1_A[18 * MC_W + l] = (((real)1.0) - cse_89);
+        if (V & 14) mc_ls1_A[19 * MC_W + l] = cse_91;
+        if (V & 14) mc_ls1_A[20 * MC_W + l] = cse_92;
+        if (V & 14) mc_ls1_A[21 * MC_W + l] = cse_93;
         if (V & 14) mc_ls1_A[22 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[23 * MC_W + l] = (cse_54 * cse_69);
-        if (V & 14) mc_ls1_A[24 * MC_W + l] = cse_62;
-        if (V & 14) mc_ls1_A[25 * MC_W + l] = cse_76;
-        if (V & 14) mc_ls1_A[26 * MC_W + l] = cse_82;
-        if (V & 14) mc_ls1_A[27 * MC_W + l] = (((real)1.0) - cse_90);
-        if (V & 14) mc_ls1_A[28 * MC_W + l] = cse_93;
-        if (V & 14) mc_ls1_A[29 * MC_W + l] = cse_94;
+        if (V & 14) mc_ls1_A[23 * MC_W + l] = (cse_63 * cse_78);
+        if (V & 14) mc_ls1_A[24 * MC_W + l] = cse_71;
+        if (V & 14) mc_ls1_A[25 * MC_W + l] = cse_85;
+        if (V & 14) mc_ls1_A[26 * MC_W + l] = cse_91;
+        if (V & 14) mc_ls1_A[27 * MC_W + l] = (((real)1.0) - cse_98);
+        if (V & 14) mc_ls1_A[28 * MC_W + l] = cse_101;
+        if (V & 14) mc_ls1_A[29 * MC_W + l] = cse_102;
         if (V & 14) mc_ls1_A[30 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[31 * MC_W + l] = (cse_67 * state_S_3);
-        if (V & 14) mc_ls1_A[32 * MC_W + l] = cse_64;
-        if (V & 14) mc_ls1_A[33 * MC_W + l] = cse_77;
-        if (V & 14) mc_ls1_A[34 * MC_W + l] = cse_83;
-        if (V & 14) mc_ls1_A[35 * MC_W + l] = cse_93;
-        if (V & 14) mc_ls1_A[36 * MC_W + l] = (((real)1.0) - cse_98);
-        if (V & 14) mc_ls1_A[37 * MC_W + l] = cse_99;
+        if (V & 14) mc_ls1_A[31 * MC_W + l] = (cse_76 * state_S_3);
+        if (V & 14) mc_ls1_A[32 * MC_W + l] = cse_73;
+        if (V & 14) mc_ls1_A[33 * MC_W + l] = cse_86;
+        if (V & 14) mc_ls1_A[34 * MC_W + l] = cse_92;
+        if (V & 14) mc_ls1_A[35 * MC_W + l] = cse_101;
+        if (V & 14) mc_ls1_A[36 * MC_W + l] = (((real)1.0) - cse_105);
+        if (V & 14) mc_ls1_A[37 * MC_W + l] = cse_106;
         if (V & 14) mc_ls1_A[38 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[39 * MC_W + l] = (cse_67 * state_S_4);
-        if (V & 14) mc_ls1_A[40 * MC_W + l] = cse_66;
-        if (V & 14) mc_ls1_A[41 * MC_W + l] = cse_78;
-        if (V & 14) mc_ls1_A[42 * MC_W + l] = cse_84;
-        if (V & 14) mc_ls1_A[43 * MC_W + l] = cse_94;
-        if (V & 14) mc_ls1_A[44 * MC_W + l] = cse_99;
-        if (V & 14) mc_ls1_A[45 * MC_W + l] = (((real)1.0) - cse_103);
+        if (V & 14) mc_ls1_A[39 * MC_W + l] = (cse_76 * state_S_4);
+        if (V & 14) mc_ls1_A[40 * MC_W + l] = cse_75;
+        if (V & 14) mc_ls1_A[41 * MC_W + l] = cse_87;
+        if (V & 14) mc_ls1_A[42 * MC_W + l] = cse_93;
+        if (V & 14) mc_ls1_A[43 * MC_W + l] = cse_102;
+        if (V & 14) mc_ls1_A[44 * MC_W + l] = cse_106;
+        if (V & 14) mc_ls1_A[45 * MC_W + l] = (((real)1.0) - cse_109);
         if (V & 14) mc_ls1_A[46 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[47 * MC_W + l] = (cse_67 * state_S_5);
+        if (V & 14) mc_ls1_A[47 * MC_W + l] = (cse_76 * state_S_5);
         if (V & 14) mc_ls1_A[48 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[49 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[50 * MC_W + l] = ((real)0.0);
@@ -3336,63 +3283,63 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) mc_ls1_A[52 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[53 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[54 * MC_W + l] = ((real)1.0);
-        if (V & 14) mc_ls1_A[55 * MC_W + l] = (((real)0.816496580927726) * cse_42);
-        if (V & 14) mc_ls1_A[56 * MC_W + l] = cse_111;
-        if (V & 14) mc_ls1_A[57 * MC_W + l] = cse_112;
-        if (V & 14) mc_ls1_A[58 * MC_W + l] = cse_113;
-        if (V & 14) mc_ls1_A[59 * MC_W + l] = cse_115;
-        if (V & 14) mc_ls1_A[60 * MC_W + l] = cse_116;
-        if (V & 14) mc_ls1_A[61 * MC_W + l] = cse_117;
-        if (V & 14) mc_ls1_A[62 * MC_W + l] = (-p_K * cse_118);
-        if (V & 14) mc_ls1_A[63 * MC_W + l] = (cse_106 * cse_107);
-        if (V & 14) mc_ls1_B[0 * MC_W + l] = (-cse_45);
-        if (V & 14) mc_ls1_B[1 * MC_W + l] = cse_53;
-        if (V & 14) mc_ls1_B[2 * MC_W + l] = cse_56;
-        if (V & 14) mc_ls1_B[3 * MC_W + l] = cse_62;
-        if (V & 14) mc_ls1_B[4 * MC_W + l] = cse_64;
-        if (V & 14) mc_ls1_B[5 * MC_W + l] = cse_66;
-        if (V & 14) mc_ls1_B[6 * MC_W + l] = cse_53;
-        if (V & 14) mc_ls1_B[7 * MC_W + l] = (-cse_71);
-        if (V & 14) mc_ls1_B[8 * MC_W + l] = cse_73;
-        if (V & 14) mc_ls1_B[9 * MC_W + l] = cse_76;
-        if (V & 14) mc_ls1_B[10 * MC_W + l] = cse_77;
-        if (V & 14) mc_ls1_B[11 * MC_W + l] = cse_78;
-        if (V & 14) mc_ls1_B[12 * MC_W + l] = cse_56;
-        if (V & 14) mc_ls1_B[13 * MC_W + l] = cse_73;
-        if (V & 14) mc_ls1_B[14 * MC_W + l] = (-cse_80);
-        if (V & 14) mc_ls1_B[15 * MC_W + l] = cse_82;
-        if (V & 14) mc_ls1_B[16 * MC_W + l] = cse_83;
-        if (V & 14) mc_ls1_B[17 * MC_W + l] = cse_84;
-        if (V & 14) mc_ls1_B[18 * MC_W + l] = cse_62;
-        if (V & 14) mc_ls1_B[19 * MC_W + l] = cse_76;
-        if (V & 14) mc_ls1_B[20 * MC_W + l] = cse_82;
-        if (V & 14) mc_ls1_B[21 * MC_W + l] = (-cse_90);
-        if (V & 14) mc_ls1_B[22 * MC_W + l] = cse_93;
-        if (V & 14) mc_ls1_B[23 * MC_W + l] = cse_94;
-        if (V & 14) mc_ls1_B[24 * MC_W + l] = cse_64;
-        if (V & 14) mc_ls1_B[25 * MC_W + l] = cse_77;
-        if (V & 14) mc_ls1_B[26 * MC_W + l] = cse_83;
-        if (V & 14) mc_ls1_B[27 * MC_W + l] = cse_93;
-        if (V & 14) mc_ls1_B[28 * MC_W + l] = (-cse_98);
-        if (V & 14) mc_ls1_B[29 * MC_W + l] = cse_99;
-        if (V & 14) mc_ls1_B[30 * MC_W + l] = cse_66;
-        if (V & 14) mc_ls1_B[31 * MC_W + l] = cse_78;
-        if (V & 14) mc_ls1_B[32 * MC_W + l] = cse_84;
-        if (V & 14) mc_ls1_B[33 * MC_W + l] = cse_94;
-        if (V & 14) mc_ls1_B[34 * MC_W + l] = cse_99;
-        if (V & 14) mc_ls1_B[35 * MC_W + l] = (-cse_103);
+        if (V & 14) mc_ls1_A[55 * MC_W + l] = (((real)0.816496580927726) * cse_52);
+        if (V & 14) mc_ls1_A[56 * MC_W + l] = cse_117;
+        if (V & 14) mc_ls1_A[57 * MC_W + l] = cse_118;
+        if (V & 14) mc_ls1_A[58 * MC_W + l] = cse_119;
+        if (V & 14) mc_ls1_A[59 * MC_W + l] = cse_121;
+        if (V & 14) mc_ls1_A[60 * MC_W + l] = cse_122;
+        if (V & 14) mc_ls1_A[61 * MC_W + l] = cse_123;
+        if (V & 14) mc_ls1_A[62 * MC_W + l] = (-p_K * cse_124);
+        if (V & 14) mc_ls1_A[63 * MC_W + l] = (cse_112 * cse_113);
+        if (V & 14) mc_ls1_B[0 * MC_W + l] = (-cse_55);
+        if (V & 14) mc_ls1_B[1 * MC_W + l] = cse_62;
+        if (V & 14) mc_ls1_B[2 * MC_W + l] = cse_65;
+        if (V & 14) mc_ls1_B[3 * MC_W + l] = cse_71;
+        if (V & 14) mc_ls1_B[4 * MC_W + l] = cse_73;
+        if (V & 14) mc_ls1_B[5 * MC_W + l] = cse_75;
+        if (V & 14) mc_ls1_B[6 * MC_W + l] = cse_62;
+        if (V & 14) mc_ls1_B[7 * MC_W + l] = (-cse_80);
+        if (V & 14) mc_ls1_B[8 * MC_W + l] = cse_82;
+        if (V & 14) mc_ls1_B[9 * MC_W + l] = cse_85;
+        if (V & 14) mc_ls1_B[10 * MC_W + l] = cse_86;
+        if (V & 14) mc_ls1_B[11 * MC_W + l] = cse_87;
+        if (V & 14) mc_ls1_B[12 * MC_W + l] = cse_65;
+        if (V & 14) mc_ls1_B[13 * MC_W + l] = cse_82;
+        if (V & 14) mc_ls1_B[14 * MC_W + l] = (-cse_89);
+        if (V & 14) mc_ls1_B[15 * MC_W + l] = cse_91;
+        if (V & 14) mc_ls1_B[16 * MC_W + l] = cse_92;
+        if (V & 14) mc_ls1_B[17 * MC_W + l] = cse_93;
+        if (V & 14) mc_ls1_B[18 * MC_W + l] = cse_71;
+        if (V & 14) mc_ls1_B[19 * MC_W + l] = cse_85;
+        if (V & 14) mc_ls1_B[20 * MC_W + l] = cse_91;
+        if (V & 14) mc_ls1_B[21 * MC_W + l] = (-cse_98);
+        if (V & 14) mc_ls1_B[22 * MC_W + l] = cse_101;
+        if (V & 14) mc_ls1_B[23 * MC_W + l] = cse_102;
+        if (V & 14) mc_ls1_B[24 * MC_W + l] = cse_73;
+        if (V & 14) mc_ls1_B[25 * MC_W + l] = cse_86;
+        if (V & 14) mc_ls1_B[26 * MC_W + l] = cse_92;
+        if (V & 14) mc_ls1_B[27 * MC_W + l] = cse_101;
+        if (V & 14) mc_ls1_B[28 * MC_W + l] = (-cse_105);
+        if (V & 14) mc_ls1_B[29 * MC_W + l] = cse_106;
+        if (V & 14) mc_ls1_B[30 * MC_W + l] = cse_75;
+        if (V & 14) mc_ls1_B[31 * MC_W + l] = cse_87;
+        if (V & 14) mc_ls1_B[32 * MC_W + l] = cse_93;
+        if (V & 14) mc_ls1_B[33 * MC_W + l] = cse_102;
+        if (V & 14) mc_ls1_B[34 * MC_W + l] = cse_106;
+        if (V & 14) mc_ls1_B[35 * MC_W + l] = (-cse_109);
         if (V & 14) mc_ls1_B[36 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[37 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[38 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[39 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[40 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[41 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_B[42 * MC_W + l] = cse_111;
-        if (V & 14) mc_ls1_B[43 * MC_W + l] = cse_112;
-        if (V & 14) mc_ls1_B[44 * MC_W + l] = cse_113;
-        if (V & 14) mc_ls1_B[45 * MC_W + l] = cse_115;
-        if (V & 14) mc_ls1_B[46 * MC_W + l] = cse_116;
-        if (V & 14) mc_ls1_B[47 * MC_W + l] = cse_117;
+        if (V & 14) mc_ls1_B[42 * MC_W + l] = cse_117;
+        if (V & 14) mc_ls1_B[43 * MC_W + l] = cse_118;
+        if (V & 14) mc_ls1_B[44 * MC_W + l] = cse_119;
+        if (V & 14) mc_ls1_B[45 * MC_W + l] = cse_121;
+        if (V & 14) mc_ls1_B[46 * MC_W + l] = cse_122;
+        if (V & 14) mc_ls1_B[47 * MC_W + l] = cse_123;
         v_cse_0[l] = cse_0;
         v_cse_1[l] = cse_1;
         v_cse_2[l] = cse_2;
@@ -3416,38 +3363,37 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) v_cse_23[l] = cse_23;
         if (V & 14) v_cse_24[l] = cse_24;
         if (V & 14) v_cse_26[l] = cse_26;
-        if (V & 14) v_cse_37[l] = cse_37;
-        if (V & 14) v_cse_38[l] = cse_38;
+        if (V & 14) v_cse_39[l] = cse_39;
         if (V & 14) v_cse_40[l] = cse_40;
-        if (V & 14) v_cse_41[l] = cse_41;
         if (V & 14) v_cse_43[l] = cse_43;
-        if (V & 14) v_cse_48[l] = cse_48;
-        if (V & 14) v_cse_49[l] = cse_49;
-        if (V & 14) v_cse_52[l] = cse_52;
-        if (V & 14) v_cse_54[l] = cse_54;
-        if (V & 14) v_cse_55[l] = cse_55;
+        if (V & 14) v_cse_46[l] = cse_46;
+        if (V & 14) v_cse_50[l] = cse_50;
+        if (V & 14) v_cse_51[l] = cse_51;
+        if (V & 14) v_cse_53[l] = cse_53;
         if (V & 14) v_cse_57[l] = cse_57;
         if (V & 14) v_cse_58[l] = cse_58;
-        if (V & 14) v_cse_59[l] = cse_59;
-        if (V & 14) v_cse_60[l] = cse_60;
+        if (V & 14) v_cse_61[l] = cse_61;
         if (V & 14) v_cse_63[l] = cse_63;
-        if (V & 14) v_cse_65[l] = cse_65;
+        if (V & 14) v_cse_64[l] = cse_64;
+        if (V & 14) v_cse_66[l] = cse_66;
+        if (V & 14) v_cse_67[l] = cse_67;
         if (V & 14) v_cse_68[l] = cse_68;
-        if (V & 14) v_cse_70[l] = cse_70;
+        if (V & 14) v_cse_69[l] = cse_69;
         if (V & 14) v_cse_72[l] = cse_72;
+        if (V & 14) v_cse_74[l] = cse_74;
+        if (V & 14) v_cse_77[l] = cse_77;
         if (V & 14) v_cse_79[l] = cse_79;
-        if (V & 14) v_cse_86[l] = cse_86;
-        if (V & 14) v_cse_87[l] = cse_87;
-        if (V & 14) v_cse_89[l] = cse_89;
+        if (V & 14) v_cse_81[l] = cse_81;
+        if (V & 14) v_cse_88[l] = cse_88;
         if (V & 14) v_cse_95[l] = cse_95;
-        if (V & 14) v_cse_96[l] = cse_96;
         if (V & 14) v_cse_97[l] = cse_97;
-        if (V & 14) v_cse_100[l] = cse_100;
-        if (V & 14) v_cse_101[l] = cse_101;
-        if (V & 14) v_cse_102[l] = cse_102;
+        if (V & 14) v_cse_103[l] = cse_103;
+        if (V & 14) v_cse_104[l] = cse_104;
         if (V & 14) v_cse_107[l] = cse_107;
-        if (V & 14) v_cse_109[l] = cse_109;
-        if (V & 14) v_cse_118[l] = cse_118;
+        if (V & 14) v_cse_108[l] = cse_108;
+        if (V & 14) v_cse_113[l] = cse_113;
+        if (V & 14) v_cse_115[l] = cse_115;
+        if (V & 14) v_cse_124[l] = cse_124;
     }
     if (V & 14) {
         mc_lu_solve(8, 6, mc_ls1_A, mc_ls1_B, (V & 12) ? mc_ls1_piv : 0);
@@ -3497,16 +3443,16 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real d34 = (mc_ls1_B + 33 * MC_W)[l];
             const real d35 = (mc_ls1_B + 34 * MC_W)[l];
             const real d36 = (mc_ls1_B + 35 * MC_W)[l];
-            const real nx_0 = v_nx_0[l];
+            const real cse_43 = v_cse_43[l];
             const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
-            const real cse_68 = v_cse_68[l];
-            const real cse_37 = v_cse_37[l];
-            const real cse_48 = v_cse_48[l];
-            const real cse_54 = v_cse_54[l];
+            const real cse_77 = v_cse_77[l];
+            const real cse_46 = v_cse_46[l];
+            const real cse_57 = v_cse_57[l];
+            const real cse_63 = v_cse_63[l];
             const real state_S_3 = v_state_S_3[l];
             const real state_S_4 = v_state_S_4[l];
             const real state_S_5 = v_state_S_5[l];
-            const real cse_107 = v_cse_107[l];
+            const real cse_113 = v_cse_113[l];
             o_j[0 * MC_W + l] = j2_linear_iso_return_map_converged ? (-(cse_21 * (d2 + d3)) + (p_E * cse_11 * (cse_22 + (cse_23 * d1)))) : MC_NAN;
             o_j[1 * MC_W + l] = j2_linear_iso_return_map_converged ? (-(cse_21 * (d5 + d6)) + (p_E * cse_11 * (cse_7 + (cse_23 * d4)))) : MC_NAN;
             o_j[2 * MC_W + l] = j2_linear_iso_return_map_converged ? (-(cse_21 * (d8 + d9)) + (p_E * cse_11 * (cse_7 + (cse_23 * d7)))) : MC_NAN;
@@ -3543,19 +3489,19 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             o_j[33 * MC_W + l] = j2_linear_iso_return_map_converged ? (cse_24 * d34) : MC_NAN;
             o_j[34 * MC_W + l] = j2_linear_iso_return_map_converged ? (cse_24 * d35) : MC_NAN;
             o_j[35 * MC_W + l] = j2_linear_iso_return_map_converged ? (cse_12 + (cse_24 * d36)) : MC_NAN;
-            const real cse_119 = (nx_0 * state_internal_gamma_rate);
-            const real cse_120 = (cse_119 * cse_68);
-            const real cse_121 = (cse_120 * cse_37);
-            const real cse_131 = (cse_120 * cse_48);
-            const real cse_133 = (cse_120 * cse_54);
-            const real cse_134 = (cse_119 * state_S_3);
-            const real cse_139 = (cse_119 * state_S_4);
-            const real cse_141 = (cse_119 * state_S_5);
-            const real cse_143 = (((real)0.816496580927726) * state_internal_gamma_rate);
-            const real cse_144 = (cse_107 * state_internal_gamma_rate);
-            const real cse_145 = (p_E * cse_144);
-            if (V & 12) mc_ls2_B[0 * MC_W + l] = cse_121;
-            if (V & 12) mc_ls2_B[1 * MC_W + l] = (-cse_121);
+            const real cse_125 = (cse_43 * state_internal_gamma_rate);
+            const real cse_126 = (cse_125 * cse_77);
+            const real cse_127 = (cse_126 * cse_46);
+            const real cse_136 = (cse_126 * cse_57);
+            const real cse_138 = (cse_126 * cse_63);
+            const real cse_139 = (cse_125 * state_S_3);
+            const real cse_144 = (cse_125 * state_S_4);
+            const real cse_146 = (cse_125 * state_S_5);
+            const real cse_148 = (((real)0.816496580927726) * state_internal_gamma_rate);
+            const real cse_149 = (cse_113 * state_internal_gamma_rate);
+            const real cse_150 = (p_E * cse_149);
+            if (V & 12) mc_ls2_B[0 * MC_W + l] = cse_127;
+            if (V & 12) mc_ls2_B[1 * MC_W + l] = (-cse_127);
             if (V & 12) mc_ls2_B[2 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[3 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[4 * MC_W + l] = ((real)0.0);
@@ -3563,8 +3509,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[6 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[7 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[8 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[9 * MC_W + l] = cse_131;
-            if (V & 12) mc_ls2_B[10 * MC_W + l] = (-cse_131);
+            if (V & 12) mc_ls2_B[9 * MC_W + l] = cse_136;
+            if (V & 12) mc_ls2_B[10 * MC_W + l] = (-cse_136);
             if (V & 12) mc_ls2_B[11 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[12 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[13 * MC_W + l] = ((real)0.0);
@@ -3572,8 +3518,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[15 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[16 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[17 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[18 * MC_W + l] = cse_133;
-            if (V & 12) mc_ls2_B[19 * MC_W + l] = (-cse_133);
+            if (V & 12) mc_ls2_B[18 * MC_W + l] = cse_138;
+            if (V & 12) mc_ls2_B[19 * MC_W + l] = (-cse_138);
             if (V & 12) mc_ls2_B[20 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[21 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[22 * MC_W + l] = ((real)1.0);
@@ -3581,8 +3527,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[24 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[25 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[26 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[27 * MC_W + l] = cse_134;
-            if (V & 12) mc_ls2_B[28 * MC_W + l] = (-cse_134);
+            if (V & 12) mc_ls2_B[27 * MC_W + l] = cse_139;
+            if (V & 12) mc_ls2_B[28 * MC_W + l] = (-cse_139);
             if (V & 12) mc_ls2_B[29 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[30 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[31 * MC_W + l] = ((real)0.0);
@@ -3590,8 +3536,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[33 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[34 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[35 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[36 * MC_W + l] = cse_139;
-            if (V & 12) mc_ls2_B[37 * MC_W + l] = (-cse_139);
+            if (V & 12) mc_ls2_B[36 * MC_W + l] = cse_144;
+            if (V & 12) mc_ls2_B[37 * MC_W + l] = (-cse_144);
             if (V & 12) mc_ls2_B[38 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[39 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[40 * MC_W + l] = ((real)0.0);
@@ -3599,8 +3545,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[42 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[43 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[44 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[45 * MC_W + l] = cse_141;
-            if (V & 12) mc_ls2_B[46 * MC_W + l] = (-cse_141);
+            if (V & 12) mc_ls2_B[45 * MC_W + l] = cse_146;
+            if (V & 12) mc_ls2_B[46 * MC_W + l] = (-cse_146);
             if (V & 12) mc_ls2_B[47 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[48 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[49 * MC_W + l] = ((real)0.0);
@@ -3608,8 +3554,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[51 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[52 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[53 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[54 * MC_W + l] = cse_143;
-            if (V & 12) mc_ls2_B[55 * MC_W + l] = (-cse_143);
+            if (V & 12) mc_ls2_B[54 * MC_W + l] = cse_148;
+            if (V & 12) mc_ls2_B[55 * MC_W + l] = (-cse_148);
             if (V & 12) mc_ls2_B[56 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[57 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[58 * MC_W + l] = ((real)0.0);
@@ -3617,8 +3563,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[60 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[61 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[62 * MC_W + l] = ((real)1.0);
-            if (V & 12) mc_ls2_B[63 * MC_W + l] = (-cse_145);
-            if (V & 12) mc_ls2_B[64 * MC_W + l] = cse_145;
+            if (V & 12) mc_ls2_B[63 * MC_W + l] = (-cse_150);
+            if (V & 12) mc_ls2_B[64 * MC_W + l] = cse_150;
             if (V & 12) mc_ls2_B[65 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[66 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[67 * MC_W + l] = ((real)0.0);
@@ -3626,7 +3572,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[69 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[70 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[71 * MC_W + l] = ((real)0.0);
-            if (V & 12) v_cse_144[l] = cse_144;
+            if (V & 12) v_cse_149[l] = cse_149;
         }
     }
     if (V & 12) {
@@ -3696,44 +3642,42 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_6 = v_cse_6[l];
             const real cse_3 = v_cse_3[l];
             const real cse_26 = v_cse_26[l];
-            const real cse_100 = v_cse_100[l];
-            const real cse_86 = v_cse_86[l];
-            const real cse_95 = v_cse_95[l];
-            const real cse_38 = v_cse_38[l];
-            const real cse_49 = v_cse_49[l];
+            const real cse_40 = v_cse_40[l];
             const real cse_58 = v_cse_58[l];
+            const real cse_67 = v_cse_67[l];
+            const real cse_39 = v_cse_39[l];
             const real cse_7 = v_cse_7[l];
             const real cse_0 = v_cse_0[l];
             const real cse_1 = v_cse_1[l];
             const real cse_2 = v_cse_2[l];
-            const real cse_59 = v_cse_59[l];
-            const real cse_101 = v_cse_101[l];
-            const real cse_96 = v_cse_96[l];
+            const real cse_68 = v_cse_68[l];
+            const real cse_103 = v_cse_103[l];
+            const real cse_107 = v_cse_107[l];
             const real cse_13 = v_cse_13[l];
             const real cse_14 = v_cse_14[l];
-            const real cse_37 = v_cse_37[l];
-            const real cse_48 = v_cse_48[l];
-            const real cse_54 = v_cse_54[l];
-            const real cse_9 = v_cse_9[l];
-            const real cse_87 = v_cse_87[l];
-            const real cse_40 = v_cse_40[l];
-            const real cse_43 = v_cse_43[l];
-            const real cse_52 = v_cse_52[l];
-            const real cse_55 = v_cse_55[l];
-            const real cse_60 = v_cse_60[l];
-            const real cse_70 = v_cse_70[l];
-            const real cse_72 = v_cse_72[l];
-            const real cse_79 = v_cse_79[l];
+            const real cse_46 = v_cse_46[l];
             const real cse_57 = v_cse_57[l];
-            const real cse_89 = v_cse_89[l];
             const real cse_63 = v_cse_63[l];
+            const real cse_9 = v_cse_9[l];
+            const real cse_95 = v_cse_95[l];
+            const real cse_50 = v_cse_50[l];
+            const real cse_53 = v_cse_53[l];
+            const real cse_61 = v_cse_61[l];
+            const real cse_64 = v_cse_64[l];
+            const real cse_69 = v_cse_69[l];
+            const real cse_79 = v_cse_79[l];
+            const real cse_81 = v_cse_81[l];
+            const real cse_88 = v_cse_88[l];
+            const real cse_66 = v_cse_66[l];
             const real cse_97 = v_cse_97[l];
-            const real cse_102 = v_cse_102[l];
-            const real cse_65 = v_cse_65[l];
-            const real cse_109 = v_cse_109[l];
-            const real cse_144 = v_cse_144[l];
-            const real cse_41 = v_cse_41[l];
-            const real cse_118 = v_cse_118[l];
+            const real cse_104 = v_cse_104[l];
+            const real cse_72 = v_cse_72[l];
+            const real cse_108 = v_cse_108[l];
+            const real cse_74 = v_cse_74[l];
+            const real cse_115 = v_cse_115[l];
+            const real cse_149 = v_cse_149[l];
+            const real cse_51 = v_cse_51[l];
+            const real cse_124 = v_cse_124[l];
             const real state_internal_ep = v_state_internal_ep[l];
             o_j[156 * MC_W + l] = j2_linear_iso_return_map_converged ? (-(cse_21 * (d38 + d39)) + (p_E * cse_11 * cse_23 * d37)) : MC_NAN;
             o_j[165 * MC_W + l] = j2_linear_iso_return_map_converged ? (-(cse_21 * (d37 + d39)) + (p_E * cse_11 * cse_23 * d38)) : MC_NAN;
@@ -3793,55 +3737,54 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_27 = (cse_6 + (cse_4 * (cse_6 * cse_6)));
             const real cse_28 = (cse_27 * cse_3);
             const real cse_29 = (p_E * cse_26);
-            const real cse_122 = (cse_100 + cse_86 + cse_95);
-            const real cse_123 = (cse_38 * cse_49 * cse_58);
-            const real cse_124 = (-cse_122 * cse_123);
-            const real cse_125 = (cse_11 * cse_11 * cse_11 * cse_11);
-            const real cse_126 = (cse_122 * cse_125);
-            const real cse_127 = (-cse_3 * ((cse_11 * cse_27) - (cse_26 * cse_7)));
-            const real cse_128 = (-cse_127 - (cse_0 * cse_26));
-            const real cse_129 = (-cse_127 - (cse_1 * cse_26));
-            const real cse_130 = (-cse_127 - (cse_2 * cse_26));
-            const real cse_132 = (cse_126 * cse_59);
-            const real cse_135 = (cse_101 + cse_96);
-            const real cse_136 = ((cse_13 * cse_48) + (cse_14 * cse_54) + (cse_37 * cse_9));
-            const real cse_137 = ((cse_128 * cse_37) + (cse_129 * cse_48) + (cse_130 * cse_54));
-            const real cse_138 = (-cse_137 * cse_26);
-            const real cse_140 = (cse_101 + cse_87);
-            const real cse_142 = (cse_87 + cse_96);
-            const real cse_146 = (cse_135 + cse_87);
-            if (V & 8) mc_ls3_B[0 * MC_W + l] = (-cse_43 * ((cse_11 * ((cse_13 * cse_52) + (cse_14 * cse_55) + (cse_40 * cse_9))) + (cse_124 * cse_37)));
-            if (V & 8) mc_ls3_B[1 * MC_W + l] = (-cse_43 * ((p_E * ((cse_128 * cse_40) + (cse_129 * cse_52) + (cse_130 * cse_55))) + (cse_126 * cse_60)));
+            const real cse_128 = (cse_40 * cse_58 * cse_67);
+            const real cse_129 = (-cse_128 * cse_39);
+            const real cse_130 = (cse_11 * cse_11 * cse_11 * cse_11);
+            const real cse_131 = (cse_130 * cse_39);
+            const real cse_132 = (-cse_3 * ((cse_11 * cse_27) - (cse_26 * cse_7)));
+            const real cse_133 = (-cse_132 - (cse_0 * cse_26));
+            const real cse_134 = (-cse_132 - (cse_1 * cse_26));
+            const real cse_135 = (-cse_132 - (cse_2 * cse_26));
+            const real cse_137 = (cse_131 * cse_68);
+            const real cse_140 = (cse_103 + cse_107);
+            const real cse_141 = ((cse_13 * cse_57) + (cse_14 * cse_63) + (cse_46 * cse_9));
+            const real cse_142 = ((cse_133 * cse_46) + (cse_134 * cse_57) + (cse_135 * cse_63));
+            const real cse_143 = (-cse_142 * cse_26);
+            const real cse_145 = (cse_107 + cse_95);
+            const real cse_147 = (cse_103 + cse_95);
+            const real cse_151 = (cse_140 + cse_95);
+            if (V & 8) mc_ls3_B[0 * MC_W + l] = (-cse_53 * ((cse_11 * ((cse_13 * cse_61) + (cse_14 * cse_64) + (cse_50 * cse_9))) + (cse_129 * cse_46)));
+            if (V & 8) mc_ls3_B[1 * MC_W + l] = (-cse_53 * ((p_E * ((cse_133 * cse_50) + (cse_134 * cse_61) + (cse_135 * cse_64))) + (cse_131 * cse_69)));
             if (V & 8) mc_ls3_B[2 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[3 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[4 * MC_W + l] = (-cse_43 * ((cse_11 * ((cse_13 * cse_70) + (cse_14 * cse_72) + (cse_52 * cse_9))) + (cse_124 * cse_48)));
-            if (V & 8) mc_ls3_B[5 * MC_W + l] = (-cse_43 * ((p_E * ((cse_128 * cse_52) + (cse_129 * cse_70) + (cse_130 * cse_72))) + (cse_132 * cse_48)));
+            if (V & 8) mc_ls3_B[4 * MC_W + l] = (-cse_53 * ((cse_11 * ((cse_13 * cse_79) + (cse_14 * cse_81) + (cse_61 * cse_9))) + (cse_129 * cse_57)));
+            if (V & 8) mc_ls3_B[5 * MC_W + l] = (-cse_53 * ((p_E * ((cse_133 * cse_61) + (cse_134 * cse_79) + (cse_135 * cse_81))) + (cse_137 * cse_57)));
             if (V & 8) mc_ls3_B[6 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[7 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[8 * MC_W + l] = (-cse_43 * ((cse_11 * ((cse_13 * cse_72) + (cse_14 * cse_79) + (cse_55 * cse_9))) + (cse_124 * cse_54)));
-            if (V & 8) mc_ls3_B[9 * MC_W + l] = (-cse_43 * ((p_E * ((cse_128 * cse_55) + (cse_129 * cse_72) + (cse_130 * cse_79))) + (cse_132 * cse_54)));
+            if (V & 8) mc_ls3_B[8 * MC_W + l] = (-cse_53 * ((cse_11 * ((cse_13 * cse_81) + (cse_14 * cse_88) + (cse_64 * cse_9))) + (cse_129 * cse_63)));
+            if (V & 8) mc_ls3_B[9 * MC_W + l] = (-cse_53 * ((p_E * ((cse_133 * cse_64) + (cse_134 * cse_81) + (cse_135 * cse_88))) + (cse_137 * cse_63)));
             if (V & 8) mc_ls3_B[10 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[11 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[12 * MC_W + l] = (-cse_57 * ((cse_11 * cse_89) + (cse_123 * (-cse_135 - cse_136))));
-            if (V & 8) mc_ls3_B[13 * MC_W + l] = (-cse_57 * ((cse_59 * (cse_138 + (cse_125 * cse_135))) - (cse_29 * cse_89)));
+            if (V & 8) mc_ls3_B[12 * MC_W + l] = (-cse_66 * ((cse_11 * cse_97) + (cse_128 * (-cse_140 - cse_141))));
+            if (V & 8) mc_ls3_B[13 * MC_W + l] = (-cse_66 * ((cse_68 * (cse_143 + (cse_130 * cse_140))) - (cse_29 * cse_97)));
             if (V & 8) mc_ls3_B[14 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[15 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[16 * MC_W + l] = (-cse_63 * ((cse_11 * cse_97) + (cse_123 * (-cse_136 - cse_140))));
-            if (V & 8) mc_ls3_B[17 * MC_W + l] = (-cse_63 * ((cse_59 * (cse_138 + (cse_125 * cse_140))) - (cse_29 * cse_97)));
+            if (V & 8) mc_ls3_B[16 * MC_W + l] = (-cse_72 * ((cse_104 * cse_11) + (cse_128 * (-cse_141 - cse_145))));
+            if (V & 8) mc_ls3_B[17 * MC_W + l] = (-cse_72 * ((cse_68 * (cse_143 + (cse_130 * cse_145))) - (cse_104 * cse_29)));
             if (V & 8) mc_ls3_B[18 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[19 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[20 * MC_W + l] = (-cse_65 * ((cse_102 * cse_11) + (cse_123 * (-cse_136 - cse_142))));
-            if (V & 8) mc_ls3_B[21 * MC_W + l] = (-cse_65 * ((cse_59 * (cse_138 + (cse_125 * cse_142))) - (cse_102 * cse_29)));
+            if (V & 8) mc_ls3_B[20 * MC_W + l] = (-cse_74 * ((cse_108 * cse_11) + (cse_128 * (-cse_141 - cse_147))));
+            if (V & 8) mc_ls3_B[21 * MC_W + l] = (-cse_74 * ((cse_68 * (cse_143 + (cse_130 * cse_147))) - (cse_108 * cse_29)));
             if (V & 8) mc_ls3_B[22 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[23 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[24 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[25 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[26 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[27 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[28 * MC_W + l] = (-(cse_144 * cse_41) - (cse_109 * cse_29 * (cse_136 + cse_146)));
-            if (V & 8) mc_ls3_B[29 * MC_W + l] = (-cse_109 * cse_38 * ((cse_11 * cse_137) - (cse_146 * cse_58)));
-            if (V & 8) mc_ls3_B[30 * MC_W + l] = (cse_118 * state_internal_ep);
-            if (V & 8) mc_ls3_B[31 * MC_W + l] = cse_118;
+            if (V & 8) mc_ls3_B[28 * MC_W + l] = (-(cse_149 * cse_51) - (cse_115 * cse_29 * (cse_141 + cse_151)));
+            if (V & 8) mc_ls3_B[29 * MC_W + l] = (-cse_115 * cse_40 * ((cse_11 * cse_142) - (cse_151 * cse_67)));
+            if (V & 8) mc_ls3_B[30 * MC_W + l] = (cse_124 * state_internal_ep);
+            if (V & 8) mc_ls3_B[31 * MC_W + l] = cse_124;
             if (V & 8) v_cse_25[l] = cse_25;
             if (V & 8) v_cse_28[l] = cse_28;
             if (V & 8) v_cse_29[l] = cse_29;

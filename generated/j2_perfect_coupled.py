@@ -275,40 +275,6 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1,
         old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4,
         old_state_internal_Ep_5, old_state_internal_gamma_rate, X, O)
-    ncse_0 = (-state_internal_Ep_0)
-    ncse_1 = (1.0 + p_nu)
-    ncse_2 = (1.0 / ncse_1)
-    ncse_3 = (forces_E_0 + ncse_0)
-    ncse_4 = (-state_internal_Ep_1)
-    ncse_5 = (forces_E_1 + ncse_4)
-    ncse_6 = (p_E * ncse_2)
-    ncse_7 = (0.6666666666666666 * ncse_6)
-    ncse_8 = (ncse_5 * ncse_7)
-    ncse_9 = (-state_internal_Ep_2)
-    ncse_10 = (forces_E_2 + ncse_9)
-    ncse_11 = (ncse_10 * ncse_7)
-    ncse_14 = (-state_internal_Ep_3)
-    ncse_15 = (forces_E_3 + ncse_14)
-    ncse_16 = ((p_E * p_E) * (ncse_2 * ncse_2))
-    ncse_17 = (ncse_16 * (ncse_15 * ncse_15))
-    ncse_18 = (-state_internal_Ep_4)
-    ncse_19 = (forces_E_4 + ncse_18)
-    ncse_20 = (ncse_16 * (ncse_19 * ncse_19))
-    ncse_21 = (-state_internal_Ep_5)
-    ncse_22 = (forces_E_5 + ncse_21)
-    ncse_23 = (ncse_16 * (ncse_22 * ncse_22))
-    ncse_24 = (0.3333333333333333 * ncse_3 * ncse_6)
-    ncse_25 = (0.3333333333333333 * ncse_6)
-    ncse_26 = (ncse_25 * ncse_5)
-    ncse_27 = (ncse_10 * ncse_25)
-    ncse_28 = (ncse_3 * ncse_7)
-    ncse_118 = (ncse_11 - ncse_24 - ncse_26)
-    ncse_119 = (ncse_28 - ncse_26 - ncse_27)
-    ncse_120 = (ncse_8 - ncse_24 - ncse_27)
-    ncse_29 = torch.sqrt(torch.clamp((ncse_17 + ncse_20 + ncse_23 + (ncse_118 * ncse_118) + (ncse_119 * ncse_119) + (ncse_120 * ncse_120)), min=0.0))
-    ncse_30 = _sdiv(1.0, ncse_29)
-    nx_0 = ncse_30
-    nx_1 = ncse_29
     cse_0 = (forces_E_0 - state_internal_Ep_0)
     cse_1 = (forces_E_1 - state_internal_Ep_1)
     cse_2 = (forces_E_2 - state_internal_Ep_2)
@@ -339,113 +305,122 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_23 = (-cse_22)
         cse_24 = (-cse_12)
         cse_26 = (cse_11 * cse_11)
-        cse_30 = torch.where(state_internal_gamma_rate == 0.0, 0.0, nx_0)
-        cse_31 = (-0.6666666666666666 * cse_30)
-        cse_32 = _sdiv(1.0, (2.0 * nx_1))
-        cse_33 = torch.where(state_internal_gamma_rate == 0.0, 0.0, cse_32)
-        cse_34 = torch.where(state_internal_gamma_rate == 0.0, 0.0, _sdiv(1.0, (nx_1 * nx_1)))
-        cse_35 = (0.6666666666666666 * cse_1)
-        cse_36 = (0.6666666666666666 * cse_2)
-        cse_37 = (-cse_35 - cse_36 + (1.3333333333333333 * cse_0))
-        cse_38 = (p_E * p_E)
-        cse_39 = (cse_26 * cse_38)
-        cse_40 = (-cse_31 - (0.5 * cse_33 * cse_34 * cse_39 * (cse_37 * cse_37)))
-        cse_41 = (forces_t - old_forces_t)
-        cse_42 = (-cse_41)
-        cse_43 = (cse_42 * state_internal_gamma_rate)
-        cse_44 = (cse_12 * cse_43)
-        cse_45 = (cse_40 * cse_44)
-        cse_46 = (0.3333333333333333 * cse_30)
-        cse_47 = (0.6666666666666666 * cse_0)
-        cse_48 = (-cse_36 - cse_47 + (1.3333333333333333 * cse_1))
-        cse_49 = (cse_33 * cse_34)
-        cse_50 = (0.5 * cse_49)
-        cse_51 = (cse_37 * cse_39 * cse_50)
-        cse_52 = (-cse_46 - (cse_48 * cse_51))
-        cse_53 = (-cse_44 * cse_52)
-        cse_54 = (-cse_35 - cse_47 + (1.3333333333333333 * cse_2))
-        cse_55 = (-cse_46 - (cse_51 * cse_54))
-        cse_56 = (-cse_44 * cse_55)
-        cse_57 = (cse_15 * cse_43)
-        cse_58 = (cse_11 * cse_11 * cse_11)
-        cse_59 = (cse_49 * (p_E * p_E * p_E))
-        cse_60 = (cse_37 * cse_59)
-        cse_61 = (cse_58 * cse_60)
-        cse_62 = (cse_57 * cse_61)
-        cse_63 = (cse_17 * cse_43)
-        cse_64 = (cse_61 * cse_63)
-        cse_65 = (cse_19 * cse_43)
-        cse_66 = (cse_61 * cse_65)
-        cse_67 = (cse_42 * nx_0)
-        cse_68 = (0.5 * cse_12)
-        cse_69 = (cse_67 * cse_68)
-        cse_70 = (-cse_31 - (0.5 * cse_33 * cse_34 * cse_39 * (cse_48 * cse_48)))
-        cse_71 = (cse_44 * cse_70)
-        cse_72 = (-cse_46 - (cse_39 * cse_48 * cse_50 * cse_54))
-        cse_73 = (-cse_44 * cse_72)
-        cse_74 = (cse_58 * cse_59)
-        cse_75 = (cse_48 * cse_74)
-        cse_76 = (cse_57 * cse_75)
-        cse_77 = (cse_63 * cse_75)
-        cse_78 = (cse_65 * cse_75)
-        cse_79 = (-cse_31 - (0.5 * cse_33 * cse_34 * cse_39 * (cse_54 * cse_54)))
-        cse_80 = (cse_44 * cse_79)
-        cse_81 = (cse_54 * cse_74)
-        cse_82 = (cse_57 * cse_81)
-        cse_83 = (cse_63 * cse_81)
-        cse_84 = (cse_65 * cse_81)
-        cse_85 = (-cse_30)
-        cse_86 = (cse_15 * cse_15)
-        cse_87 = (2.0 * cse_86)
-        cse_88 = (cse_39 * cse_49)
-        cse_89 = (-cse_85 - (cse_87 * cse_88))
-        cse_90 = (cse_44 * cse_89)
-        cse_91 = (2.0 * cse_74)
-        cse_92 = (cse_57 * cse_91)
-        cse_93 = (cse_17 * cse_92)
-        cse_94 = (cse_19 * cse_92)
-        cse_95 = (cse_17 * cse_17)
-        cse_96 = (2.0 * cse_95)
-        cse_97 = (-cse_85 - (cse_88 * cse_96))
-        cse_98 = (cse_44 * cse_97)
-        cse_99 = (cse_19 * cse_63 * cse_91)
-        cse_100 = (cse_19 * cse_19)
-        cse_101 = (2.0 * cse_100)
-        cse_102 = (-cse_85 - (cse_101 * cse_88))
-        cse_103 = (cse_102 * cse_44)
-        cse_104 = (p_E * cse_41)
-        cse_107 = _heaviside((-(cse_104 * state_internal_gamma_rate) - (0.816496580927726 * (-p_sigma_y + (1.224744871391589 * nx_1)))))
-        cse_108 = (-1.0 + cse_107)
-        cse_109 = (cse_108 * cse_32)
-        cse_110 = (cse_109 * cse_39)
-        cse_111 = (-cse_110 * cse_37)
-        cse_112 = (-cse_110 * cse_48)
-        cse_113 = (-cse_110 * cse_54)
-        cse_114 = (2.0 * cse_110)
-        cse_115 = (-cse_114 * cse_15)
-        cse_116 = (-cse_114 * cse_17)
-        cse_117 = (-cse_114 * cse_19)
+        cse_30 = (0.3333333333333333 * cse_0)
+        cse_31 = (0.3333333333333333 * cse_1)
+        cse_32 = (0.6666666666666666 * cse_2)
+        cse_33 = (0.6666666666666666 * cse_1)
+        cse_34 = (0.3333333333333333 * cse_2)
+        cse_35 = (0.6666666666666666 * cse_0)
+        cse_36 = (cse_15 * cse_15)
+        cse_37 = (cse_17 * cse_17)
+        cse_38 = (cse_19 * cse_19)
+        cse_39 = (cse_36 + cse_37 + cse_38)
+        cse_40 = (p_E * p_E)
+        cse_41 = (cse_26 * cse_40)
+        cse_150 = (cse_32 - cse_30 - cse_31)
+        cse_151 = (cse_33 - cse_30 - cse_34)
+        cse_152 = (cse_35 - cse_31 - cse_34)
+        cse_42 = torch.sqrt(torch.clamp(((cse_39 * cse_41) + ((cse_12 * cse_12) * (cse_150 * cse_150)) + ((cse_12 * cse_12) * (cse_151 * cse_151)) + ((cse_12 * cse_12) * (cse_152 * cse_152))), min=0.0))
+        cse_43 = _sdiv(1.0, cse_42)
+        cse_44 = torch.where(state_internal_gamma_rate == 0.0, 0.0, cse_43)
+        cse_45 = (-0.6666666666666666 * cse_44)
+        cse_46 = (-cse_32 - cse_33 + (1.3333333333333333 * cse_0))
+        cse_47 = _sdiv(1.0, (2.0 * cse_42))
+        cse_48 = torch.where(state_internal_gamma_rate == 0.0, 0.0, cse_47)
+        cse_49 = torch.where(state_internal_gamma_rate == 0.0, 0.0, _sdiv(1.0, (cse_42 * cse_42)))
+        cse_50 = (-cse_45 - (0.5 * cse_41 * cse_48 * cse_49 * (cse_46 * cse_46)))
+        cse_51 = (forces_t - old_forces_t)
+        cse_52 = (-cse_51)
+        cse_53 = (cse_52 * state_internal_gamma_rate)
+        cse_54 = (cse_12 * cse_53)
+        cse_55 = (cse_50 * cse_54)
+        cse_56 = (0.3333333333333333 * cse_44)
+        cse_57 = (-cse_32 - cse_35 + (1.3333333333333333 * cse_1))
+        cse_58 = (cse_48 * cse_49)
+        cse_59 = (0.5 * cse_58)
+        cse_60 = (cse_41 * cse_46 * cse_59)
+        cse_61 = (-cse_56 - (cse_57 * cse_60))
+        cse_62 = (-cse_54 * cse_61)
+        cse_63 = (-cse_33 - cse_35 + (1.3333333333333333 * cse_2))
+        cse_64 = (-cse_56 - (cse_60 * cse_63))
+        cse_65 = (-cse_54 * cse_64)
+        cse_66 = (cse_15 * cse_53)
+        cse_67 = (cse_11 * cse_11 * cse_11)
+        cse_68 = (cse_58 * (p_E * p_E * p_E))
+        cse_69 = (cse_46 * cse_68)
+        cse_70 = (cse_67 * cse_69)
+        cse_71 = (cse_66 * cse_70)
+        cse_72 = (cse_17 * cse_53)
+        cse_73 = (cse_70 * cse_72)
+        cse_74 = (cse_19 * cse_53)
+        cse_75 = (cse_70 * cse_74)
+        cse_76 = (cse_43 * cse_52)
+        cse_77 = (0.5 * cse_12)
+        cse_78 = (cse_76 * cse_77)
+        cse_79 = (-cse_45 - (0.5 * cse_41 * cse_48 * cse_49 * (cse_57 * cse_57)))
+        cse_80 = (cse_54 * cse_79)
+        cse_81 = (-cse_56 - (cse_41 * cse_57 * cse_59 * cse_63))
+        cse_82 = (-cse_54 * cse_81)
+        cse_83 = (cse_67 * cse_68)
+        cse_84 = (cse_57 * cse_83)
+        cse_85 = (cse_66 * cse_84)
+        cse_86 = (cse_72 * cse_84)
+        cse_87 = (cse_74 * cse_84)
+        cse_88 = (-cse_45 - (0.5 * cse_41 * cse_48 * cse_49 * (cse_63 * cse_63)))
+        cse_89 = (cse_54 * cse_88)
+        cse_90 = (cse_63 * cse_83)
+        cse_91 = (cse_66 * cse_90)
+        cse_92 = (cse_72 * cse_90)
+        cse_93 = (cse_74 * cse_90)
+        cse_94 = (-cse_44)
+        cse_95 = (2.0 * cse_36)
+        cse_96 = (cse_41 * cse_58)
+        cse_97 = (-cse_94 - (cse_95 * cse_96))
+        cse_98 = (cse_54 * cse_97)
+        cse_99 = (2.0 * cse_83)
+        cse_100 = (cse_66 * cse_99)
+        cse_101 = (cse_100 * cse_17)
+        cse_102 = (cse_100 * cse_19)
+        cse_103 = (2.0 * cse_37)
+        cse_104 = (-cse_94 - (cse_103 * cse_96))
+        cse_105 = (cse_104 * cse_54)
+        cse_106 = (cse_19 * cse_72 * cse_99)
+        cse_107 = (2.0 * cse_38)
+        cse_108 = (-cse_94 - (cse_107 * cse_96))
+        cse_109 = (cse_108 * cse_54)
+        cse_110 = (p_E * cse_51)
+        cse_113 = _heaviside((-(cse_110 * state_internal_gamma_rate) - (0.816496580927726 * (-p_sigma_y + (1.224744871391589 * cse_42)))))
+        cse_114 = (-1.0 + cse_113)
+        cse_115 = (cse_114 * cse_47)
+        cse_116 = (cse_115 * cse_41)
+        cse_117 = (-cse_116 * cse_46)
+        cse_118 = (-cse_116 * cse_57)
+        cse_119 = (-cse_116 * cse_63)
+        cse_120 = (2.0 * cse_116)
+        cse_121 = (-cse_120 * cse_15)
+        cse_122 = (-cse_120 * cse_17)
+        cse_123 = (-cse_120 * cse_19)
         # elimination lu1: 7x7, shared by the linear solves below, unrolled over structural nonzeros
         lu1_A = _matrix([
-            [(1.0 - cse_45), cse_53, cse_56, cse_62, cse_64, cse_66, (cse_37 * cse_69)],
-            [cse_53, (1.0 - cse_71), cse_73, cse_76, cse_77, cse_78, (cse_48 * cse_69)],
-            [cse_56, cse_73, (1.0 - cse_80), cse_82, cse_83, cse_84, (cse_54 * cse_69)],
-            [cse_62, cse_76, cse_82, (1.0 - cse_90), cse_93, cse_94, (cse_67 * state_S_3)],
-            [cse_64, cse_77, cse_83, cse_93, (1.0 - cse_98), cse_99, (cse_67 * state_S_4)],
-            [cse_66, cse_78, cse_84, cse_94, cse_99, (1.0 - cse_103), (cse_67 * state_S_5)],
-            [cse_111, cse_112, cse_113, cse_115, cse_116, cse_117, (cse_104 * cse_107)],
+            [(1.0 - cse_55), cse_62, cse_65, cse_71, cse_73, cse_75, (cse_46 * cse_78)],
+            [cse_62, (1.0 - cse_80), cse_82, cse_85, cse_86, cse_87, (cse_57 * cse_78)],
+            [cse_65, cse_82, (1.0 - cse_89), cse_91, cse_92, cse_93, (cse_63 * cse_78)],
+            [cse_71, cse_85, cse_91, (1.0 - cse_98), cse_101, cse_102, (cse_76 * state_S_3)],
+            [cse_73, cse_86, cse_92, cse_101, (1.0 - cse_105), cse_106, (cse_76 * state_S_4)],
+            [cse_75, cse_87, cse_93, cse_102, cse_106, (1.0 - cse_109), (cse_76 * state_S_5)],
+            [cse_117, cse_118, cse_119, cse_121, cse_122, cse_123, (cse_110 * cse_113)],
         ], X)
         lu1_s = _rowscale(lu1_A)
         lu1_LU, lu1_piv = torch.linalg.lu_factor_ex(lu1_A * lu1_s, check_errors=False)[:2]
         # linear solve 1: 7x7, 6 right-hand side(s) through elimination lu1
         ls1_B = _matrix([
-            [(-cse_45), cse_53, cse_56, cse_62, cse_64, cse_66],
-            [cse_53, (-cse_71), cse_73, cse_76, cse_77, cse_78],
-            [cse_56, cse_73, (-cse_80), cse_82, cse_83, cse_84],
-            [cse_62, cse_76, cse_82, (-cse_90), cse_93, cse_94],
-            [cse_64, cse_77, cse_83, cse_93, (-cse_98), cse_99],
-            [cse_66, cse_78, cse_84, cse_94, cse_99, (-cse_103)],
-            [cse_111, cse_112, cse_113, cse_115, cse_116, cse_117],
+            [(-cse_55), cse_62, cse_65, cse_71, cse_73, cse_75],
+            [cse_62, (-cse_80), cse_82, cse_85, cse_86, cse_87],
+            [cse_65, cse_82, (-cse_89), cse_91, cse_92, cse_93],
+            [cse_71, cse_85, cse_91, (-cse_98), cse_101, cse_102],
+            [cse_73, cse_86, cse_92, cse_101, (-cse_105), cse_106],
+            [cse_75, cse_87, cse_93, cse_102, cse_106, (-cse_109)],
+            [cse_117, cse_118, cse_119, cse_121, cse_122, cse_123],
         ], X)
         ls1_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls1_B * lu1_s)
         d1 = ls1_X[:, 0, 0]
@@ -527,25 +502,25 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d77 = (cse_24 * d35)
         d78 = (cse_12 + (cse_24 * d36))
     if V & 12:  # jacobian, total
-        cse_118 = (nx_0 * state_internal_gamma_rate)
-        cse_119 = (cse_118 * cse_68)
-        cse_120 = (cse_119 * cse_37)
-        cse_130 = (cse_119 * cse_48)
-        cse_132 = (cse_119 * cse_54)
-        cse_133 = (cse_118 * state_S_3)
-        cse_138 = (cse_118 * state_S_4)
-        cse_140 = (cse_118 * state_S_5)
-        cse_142 = (cse_107 * state_internal_gamma_rate)
-        cse_143 = (p_E * cse_142)
+        cse_124 = (cse_43 * state_internal_gamma_rate)
+        cse_125 = (cse_124 * cse_77)
+        cse_126 = (cse_125 * cse_46)
+        cse_135 = (cse_125 * cse_57)
+        cse_137 = (cse_125 * cse_63)
+        cse_138 = (cse_124 * state_S_3)
+        cse_143 = (cse_124 * state_S_4)
+        cse_145 = (cse_124 * state_S_5)
+        cse_147 = (cse_113 * state_internal_gamma_rate)
+        cse_148 = (p_E * cse_147)
         # linear solve 2: 7x7, 8 right-hand side(s) through elimination lu1
         ls2_B = _matrix([
-            [cse_120, (-cse_120), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_130, (-cse_130), 0.0, 1.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_132, (-cse_132), 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],
-            [cse_133, (-cse_133), 0.0, 0.0, 0.0, 1.0, 0.0, 0.0],
-            [cse_138, (-cse_138), 0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
-            [cse_140, (-cse_140), 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
-            [(-cse_143), cse_143, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_126, (-cse_126), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_135, (-cse_135), 0.0, 1.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_137, (-cse_137), 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],
+            [cse_138, (-cse_138), 0.0, 0.0, 0.0, 1.0, 0.0, 0.0],
+            [cse_143, (-cse_143), 0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
+            [cse_145, (-cse_145), 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
+            [(-cse_148), cse_148, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
         ], X)
         ls2_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls2_B * lu1_s)
         d79 = ls2_X[:, 0, 0]
@@ -657,32 +632,31 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_27 = (cse_6 + (cse_4 * (cse_6 * cse_6)))
         cse_28 = (cse_27 * cse_3)
         cse_29 = (p_E * cse_26)
-        cse_121 = (cse_100 + cse_86 + cse_95)
-        cse_122 = (cse_38 * cse_49 * cse_58)
-        cse_123 = (-cse_121 * cse_122)
-        cse_124 = (cse_11 * cse_11 * cse_11 * cse_11)
-        cse_125 = (cse_121 * cse_124)
-        cse_126 = (-cse_3 * ((cse_11 * cse_27) - (cse_26 * cse_7)))
-        cse_127 = (-cse_126 - (cse_0 * cse_26))
-        cse_128 = (-cse_126 - (cse_1 * cse_26))
-        cse_129 = (-cse_126 - (cse_2 * cse_26))
-        cse_131 = (cse_125 * cse_59)
-        cse_134 = (cse_101 + cse_96)
-        cse_135 = ((cse_13 * cse_48) + (cse_14 * cse_54) + (cse_37 * cse_9))
-        cse_136 = ((cse_127 * cse_37) + (cse_128 * cse_48) + (cse_129 * cse_54))
-        cse_137 = (-cse_136 * cse_26)
-        cse_139 = (cse_101 + cse_87)
-        cse_141 = (cse_87 + cse_96)
-        cse_144 = (cse_134 + cse_87)
+        cse_127 = (cse_40 * cse_58 * cse_67)
+        cse_128 = (-cse_127 * cse_39)
+        cse_129 = (cse_11 * cse_11 * cse_11 * cse_11)
+        cse_130 = (cse_129 * cse_39)
+        cse_131 = (-cse_3 * ((cse_11 * cse_27) - (cse_26 * cse_7)))
+        cse_132 = (-cse_131 - (cse_0 * cse_26))
+        cse_133 = (-cse_131 - (cse_1 * cse_26))
+        cse_134 = (-cse_131 - (cse_2 * cse_26))
+        cse_136 = (cse_130 * cse_68)
+        cse_139 = (cse_103 + cse_107)
+        cse_140 = ((cse_13 * cse_57) + (cse_14 * cse_63) + (cse_46 * cse_9))
+        cse_141 = ((cse_132 * cse_46) + (cse_133 * cse_57) + (cse_134 * cse_63))
+        cse_142 = (-cse_141 * cse_26)
+        cse_144 = (cse_107 + cse_95)
+        cse_146 = (cse_103 + cse_95)
+        cse_149 = (cse_139 + cse_95)
         # linear solve 3: 7x7, 3 right-hand side(s) through elimination lu1
         ls3_B = _matrix([
-            [(-cse_43 * ((cse_11 * ((cse_13 * cse_52) + (cse_14 * cse_55) + (cse_40 * cse_9))) + (cse_123 * cse_37))), (-cse_43 * ((p_E * ((cse_127 * cse_40) + (cse_128 * cse_52) + (cse_129 * cse_55))) + (cse_125 * cse_60))), 0.0],
-            [(-cse_43 * ((cse_11 * ((cse_13 * cse_70) + (cse_14 * cse_72) + (cse_52 * cse_9))) + (cse_123 * cse_48))), (-cse_43 * ((p_E * ((cse_127 * cse_52) + (cse_128 * cse_70) + (cse_129 * cse_72))) + (cse_131 * cse_48))), 0.0],
-            [(-cse_43 * ((cse_11 * ((cse_13 * cse_72) + (cse_14 * cse_79) + (cse_55 * cse_9))) + (cse_123 * cse_54))), (-cse_43 * ((p_E * ((cse_127 * cse_55) + (cse_128 * cse_72) + (cse_129 * cse_79))) + (cse_131 * cse_54))), 0.0],
-            [(-cse_57 * ((cse_11 * cse_89) + (cse_122 * (-cse_134 - cse_135)))), (-cse_57 * ((cse_59 * (cse_137 + (cse_124 * cse_134))) - (cse_29 * cse_89))), 0.0],
-            [(-cse_63 * ((cse_11 * cse_97) + (cse_122 * (-cse_135 - cse_139)))), (-cse_63 * ((cse_59 * (cse_137 + (cse_124 * cse_139))) - (cse_29 * cse_97))), 0.0],
-            [(-cse_65 * ((cse_102 * cse_11) + (cse_122 * (-cse_135 - cse_141)))), (-cse_65 * ((cse_59 * (cse_137 + (cse_124 * cse_141))) - (cse_102 * cse_29))), 0.0],
-            [(-(cse_142 * cse_41) - (cse_109 * cse_29 * (cse_135 + cse_144))), (-cse_109 * cse_38 * ((cse_11 * cse_136) - (cse_144 * cse_58))), (0.816496580927726 * cse_108)],
+            [(-cse_53 * ((cse_11 * ((cse_13 * cse_61) + (cse_14 * cse_64) + (cse_50 * cse_9))) + (cse_128 * cse_46))), (-cse_53 * ((p_E * ((cse_132 * cse_50) + (cse_133 * cse_61) + (cse_134 * cse_64))) + (cse_130 * cse_69))), 0.0],
+            [(-cse_53 * ((cse_11 * ((cse_13 * cse_79) + (cse_14 * cse_81) + (cse_61 * cse_9))) + (cse_128 * cse_57))), (-cse_53 * ((p_E * ((cse_132 * cse_61) + (cse_133 * cse_79) + (cse_134 * cse_81))) + (cse_136 * cse_57))), 0.0],
+            [(-cse_53 * ((cse_11 * ((cse_13 * cse_81) + (cse_14 * cse_88) + (cse_64 * cse_9))) + (cse_128 * cse_63))), (-cse_53 * ((p_E * ((cse_132 * cse_64) + (cse_133 * cse_81) + (cse_134 * cse_88))) + (cse_136 * cse_63))), 0.0],
+            [(-cse_66 * ((cse_11 * cse_97) + (cse_127 * (-cse_139 - cse_140)))), (-cse_66 * ((cse_68 * (cse_142 + (cse_129 * cse_139))) - (cse_29 * cse_97))), 0.0],
+            [(-cse_72 * ((cse_104 * cse_11) + (cse_127 * (-cse_140 - cse_144)))), (-cse_72 * ((cse_68 * (cse_142 + (cse_129 * cse_144))) - (cse_104 * cse_29))), 0.0],
+            [(-cse_74 * ((cse_108 * cse_11) + (cse_127 * (-cse_140 - cse_146)))), (-cse_74 * ((cse_68 * (cse_142 + (cse_129 * cse_146))) - (cse_108 * cse_29))), 0.0],
+            [(-(cse_147 * cse_51) - (cse_115 * cse_29 * (cse_140 + cse_149))), (-cse_115 * cse_40 * ((cse_11 * cse_141) - (cse_149 * cse_67))), (0.816496580927726 * cse_114)],
         ], X)
         ls3_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls3_B * lu1_s)
         d183 = ls3_X[:, 0, 0]
@@ -844,15 +818,6 @@ if triton is not None:
         return s2, s4, s3, s5
 
     @triton.jit
-    def _mc_pos(x):
-        return tl.where(x < 0.0, 0.0, x)
-
-    @triton.jit
-    def _mc_sdiv(a, b):
-        nz = b != 0.0
-        return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
-
-    @triton.jit
     def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
         t0 = tl.join(a0, a2)
         t1 = tl.join(a1, a3)
@@ -874,6 +839,15 @@ if triton is not None:
     def _mc_row2(a0, a1, BLOCK: tl.constexpr):
         t0 = tl.join(a0, a1)
         return tl.reshape(t0, [BLOCK, 2])
+
+    @triton.jit
+    def _mc_pos(x):
+        return tl.where(x < 0.0, 0.0, x)
+
+    @triton.jit
+    def _mc_sdiv(a, b):
+        nz = b != 0.0
+        return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
 
     @triton.jit
     def _mc_row32(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, BLOCK: tl.constexpr):
@@ -1514,13 +1488,13 @@ if triton is not None:
         o_maxit = tl.load(O + 2).to(tl.int32)
         # constants of the kernel dtype (a bare float literal would be fp32)
         K0 = tl.full([], float("nan"), DTYPE)
-        K1 = tl.full([], 1.0, DTYPE)
-        K2 = tl.full([], 0.6666666666666666, DTYPE)
+        K1 = tl.full([], 2.0, DTYPE)
+        K2 = tl.full([], 1.0, DTYPE)
         K3 = tl.full([], 0.3333333333333333, DTYPE)
-        K4 = tl.full([], 2.0, DTYPE)
-        K5 = tl.full([], 1.3333333333333333, DTYPE)
-        K6 = tl.full([], 0.0, DTYPE)
-        K7 = tl.full([], 0.5, DTYPE)
+        K4 = tl.full([], 0.6666666666666666, DTYPE)
+        K5 = tl.full([], 0.0, DTYPE)
+        K6 = tl.full([], 0.5, DTYPE)
+        K7 = tl.full([], 1.3333333333333333, DTYPE)
         K8 = tl.full([], 0.816496580927726, DTYPE)
         K9 = tl.full([], 1.224744871391589, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
@@ -1559,40 +1533,6 @@ if triton is not None:
             old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4,
             old_state_internal_Ep_5, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE,
             EPS, BLOCK)
-        ncse_0 = (-state_internal_Ep_0)
-        ncse_1 = (K1 + p_nu)
-        ncse_2 = (K1 / ncse_1)
-        ncse_3 = (forces_E_0 + ncse_0)
-        ncse_4 = (-state_internal_Ep_1)
-        ncse_5 = (forces_E_1 + ncse_4)
-        ncse_6 = (p_E * ncse_2)
-        ncse_7 = (K2 * ncse_6)
-        ncse_8 = (ncse_5 * ncse_7)
-        ncse_9 = (-state_internal_Ep_2)
-        ncse_10 = (forces_E_2 + ncse_9)
-        ncse_11 = (ncse_10 * ncse_7)
-        ncse_14 = (-state_internal_Ep_3)
-        ncse_15 = (forces_E_3 + ncse_14)
-        ncse_16 = ((p_E * p_E) * (ncse_2 * ncse_2))
-        ncse_17 = (ncse_16 * (ncse_15 * ncse_15))
-        ncse_18 = (-state_internal_Ep_4)
-        ncse_19 = (forces_E_4 + ncse_18)
-        ncse_20 = (ncse_16 * (ncse_19 * ncse_19))
-        ncse_21 = (-state_internal_Ep_5)
-        ncse_22 = (forces_E_5 + ncse_21)
-        ncse_23 = (ncse_16 * (ncse_22 * ncse_22))
-        ncse_24 = (K3 * ncse_3 * ncse_6)
-        ncse_25 = (K3 * ncse_6)
-        ncse_26 = (ncse_25 * ncse_5)
-        ncse_27 = (ncse_10 * ncse_25)
-        ncse_28 = (ncse_3 * ncse_7)
-        ncse_118 = (ncse_11 - ncse_24 - ncse_26)
-        ncse_119 = (ncse_28 - ncse_26 - ncse_27)
-        ncse_120 = (ncse_8 - ncse_24 - ncse_27)
-        ncse_29 = tl.sqrt(_mc_pos((ncse_17 + ncse_20 + ncse_23 + (ncse_118 * ncse_118) + (ncse_119 * ncse_119) + (ncse_120 * ncse_120))))
-        ncse_30 = _mc_sdiv(K1, ncse_29)
-        nx_0 = ncse_30
-        nx_1 = ncse_29
         # outputs 0 .. 3; NaN where Newton did not converge
         if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
             tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
@@ -1600,14 +1540,14 @@ if triton is not None:
         cse_1 = (forces_E_1 - state_internal_Ep_1)
         cse_2 = (forces_E_2 - state_internal_Ep_2)
         cse_3 = (cse_0 + cse_1 + cse_2)
-        cse_4 = (K4 * p_nu)
-        cse_5 = (K1 - cse_4)
-        cse_6 = (K1 / cse_5)
+        cse_4 = (K1 * p_nu)
+        cse_5 = (K2 - cse_4)
+        cse_6 = (K2 / cse_5)
         cse_7 = (p_nu * cse_6)
         cse_8 = (cse_3 * cse_7)
         cse_9 = (cse_0 + cse_8)
-        cse_10 = (K1 + p_nu)
-        cse_11 = (K1 / cse_10)
+        cse_10 = (K2 + p_nu)
+        cse_11 = (K2 / cse_10)
         cse_12 = (p_E * cse_11)
         state_S_0 = (cse_12 * cse_9)
         # outputs 4 .. 7; NaN where Newton did not converge
@@ -1644,132 +1584,141 @@ if triton is not None:
                 tl.where((j2_perfect_return_map_converged & fin), state_S_5, K0), _zero10, _zero10, _zero10, BLOCK)
             tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 8)[None, :], _row11, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 5))
         if V & 14:  # tangent, jacobian, total
-            cse_35 = (K2 * cse_1)
-            cse_36 = (K2 * cse_2)
-            cse_37 = (-cse_35 - cse_36 + (K5 * cse_0))
+            cse_36 = (cse_15 * cse_15)
+            cse_37 = (cse_17 * cse_17)
+            cse_38 = (cse_19 * cse_19)
+            cse_39 = (cse_36 + cse_37 + cse_38)
+            cse_30 = (K3 * cse_0)
+            cse_31 = (K3 * cse_1)
+            cse_32 = (K4 * cse_2)
+            cse_150 = (cse_32 - cse_30 - cse_31)
+            cse_33 = (K4 * cse_1)
+            cse_34 = (K3 * cse_2)
+            cse_151 = (cse_33 - cse_30 - cse_34)
+            cse_35 = (K4 * cse_0)
+            cse_152 = (cse_35 - cse_31 - cse_34)
             cse_26 = (cse_11 * cse_11)
-            cse_38 = (p_E * p_E)
-            cse_39 = (cse_26 * cse_38)
-            cse_32 = _mc_sdiv(K1, (K4 * nx_1))
-            cse_33 = tl.where(state_internal_gamma_rate == 0.0, K6, cse_32)
-            cse_34 = tl.where(state_internal_gamma_rate == 0.0, K6, _mc_sdiv(K1, (nx_1 * nx_1)))
-            cse_49 = (cse_33 * cse_34)
-            cse_50 = (K7 * cse_49)
-            cse_51 = (cse_37 * cse_39 * cse_50)
-            cse_47 = (K2 * cse_0)
-            cse_48 = (-cse_36 - cse_47 + (K5 * cse_1))
-            cse_30 = tl.where(state_internal_gamma_rate == 0.0, K6, nx_0)
-            cse_46 = (K3 * cse_30)
-            cse_52 = (-cse_46 - (cse_48 * cse_51))
-            cse_41 = (forces_t - old_forces_t)
-            cse_42 = (-cse_41)
-            cse_43 = (cse_42 * state_internal_gamma_rate)
-            cse_44 = (cse_12 * cse_43)
-            cse_53 = (-cse_44 * cse_52)
-            cse_54 = (-cse_35 - cse_47 + (K5 * cse_2))
-            cse_55 = (-cse_46 - (cse_51 * cse_54))
-            cse_56 = (-cse_44 * cse_55)
-            cse_72 = (-cse_46 - (cse_39 * cse_48 * cse_50 * cse_54))
-            cse_73 = (-cse_44 * cse_72)
-            cse_31 = (-K2 * cse_30)
-            cse_40 = (-cse_31 - (K7 * cse_33 * cse_34 * cse_39 * (cse_37 * cse_37)))
-            cse_45 = (cse_40 * cse_44)
-            cse_70 = (-cse_31 - (K7 * cse_33 * cse_34 * cse_39 * (cse_48 * cse_48)))
-            cse_71 = (cse_44 * cse_70)
-            cse_79 = (-cse_31 - (K7 * cse_33 * cse_34 * cse_39 * (cse_54 * cse_54)))
-            cse_80 = (cse_44 * cse_79)
-            cse_59 = (cse_49 * (p_E * p_E * p_E))
-            cse_60 = (cse_37 * cse_59)
-            cse_58 = (cse_11 * cse_11 * cse_11)
-            cse_61 = (cse_58 * cse_60)
-            cse_57 = (cse_15 * cse_43)
-            cse_62 = (cse_57 * cse_61)
-            cse_63 = (cse_17 * cse_43)
-            cse_64 = (cse_61 * cse_63)
-            cse_65 = (cse_19 * cse_43)
-            cse_66 = (cse_61 * cse_65)
-            cse_74 = (cse_58 * cse_59)
-            cse_75 = (cse_48 * cse_74)
-            cse_76 = (cse_57 * cse_75)
-            cse_77 = (cse_63 * cse_75)
-            cse_78 = (cse_65 * cse_75)
-            cse_81 = (cse_54 * cse_74)
-            cse_82 = (cse_57 * cse_81)
-            cse_83 = (cse_63 * cse_81)
-            cse_84 = (cse_65 * cse_81)
-            cse_88 = (cse_39 * cse_49)
-            cse_86 = (cse_15 * cse_15)
-            cse_87 = (K4 * cse_86)
-            cse_85 = (-cse_30)
-            cse_89 = (-cse_85 - (cse_87 * cse_88))
-            cse_90 = (cse_44 * cse_89)
-            cse_95 = (cse_17 * cse_17)
-            cse_96 = (K4 * cse_95)
-            cse_97 = (-cse_85 - (cse_88 * cse_96))
-            cse_98 = (cse_44 * cse_97)
-            cse_100 = (cse_19 * cse_19)
-            cse_101 = (K4 * cse_100)
-            cse_102 = (-cse_85 - (cse_101 * cse_88))
-            cse_103 = (cse_102 * cse_44)
-            cse_104 = (p_E * cse_41)
-            cse_107 = tl.where((-(cse_104 * state_internal_gamma_rate) - (K8 * (-p_sigma_y + (K9 * nx_1)))) > 0.0, 1.0, 0.0)
-            cse_108 = (-K1 + cse_107)
-            cse_109 = (cse_108 * cse_32)
-            cse_110 = (cse_109 * cse_39)
-            cse_111 = (-cse_110 * cse_37)
-            cse_112 = (-cse_110 * cse_48)
-            cse_113 = (-cse_110 * cse_54)
-            cse_91 = (K4 * cse_74)
-            cse_92 = (cse_57 * cse_91)
-            cse_93 = (cse_17 * cse_92)
-            cse_94 = (cse_19 * cse_92)
-            cse_99 = (cse_19 * cse_63 * cse_91)
-            cse_114 = (K4 * cse_110)
-            cse_115 = (-cse_114 * cse_15)
-            cse_116 = (-cse_114 * cse_17)
-            cse_117 = (-cse_114 * cse_19)
-            cse_68 = (K7 * cse_12)
-            cse_67 = (cse_42 * nx_0)
-            cse_69 = (cse_67 * cse_68)
+            cse_40 = (p_E * p_E)
+            cse_41 = (cse_26 * cse_40)
+            cse_42 = tl.sqrt(_mc_pos(((cse_39 * cse_41) + ((cse_12 * cse_12) * (cse_150 * cse_150)) + ((cse_12 * cse_12) * (cse_151 * cse_151)) + ((cse_12 * cse_12) * (cse_152 * cse_152)))))
+            cse_47 = _mc_sdiv(K2, (K1 * cse_42))
+            cse_48 = tl.where(state_internal_gamma_rate == 0.0, K5, cse_47)
+            cse_49 = tl.where(state_internal_gamma_rate == 0.0, K5, _mc_sdiv(K2, (cse_42 * cse_42)))
+            cse_58 = (cse_48 * cse_49)
+            cse_59 = (K6 * cse_58)
+            cse_46 = (-cse_32 - cse_33 + (K7 * cse_0))
+            cse_60 = (cse_41 * cse_46 * cse_59)
+            cse_43 = _mc_sdiv(K2, cse_42)
+            cse_44 = tl.where(state_internal_gamma_rate == 0.0, K5, cse_43)
+            cse_56 = (K3 * cse_44)
+            cse_57 = (-cse_32 - cse_35 + (K7 * cse_1))
+            cse_61 = (-cse_56 - (cse_57 * cse_60))
+            cse_51 = (forces_t - old_forces_t)
+            cse_52 = (-cse_51)
+            cse_53 = (cse_52 * state_internal_gamma_rate)
+            cse_54 = (cse_12 * cse_53)
+            cse_62 = (-cse_54 * cse_61)
+            cse_63 = (-cse_33 - cse_35 + (K7 * cse_2))
+            cse_64 = (-cse_56 - (cse_60 * cse_63))
+            cse_65 = (-cse_54 * cse_64)
+            cse_81 = (-cse_56 - (cse_41 * cse_57 * cse_59 * cse_63))
+            cse_82 = (-cse_54 * cse_81)
+            cse_96 = (cse_41 * cse_58)
+            cse_94 = (-cse_44)
+            cse_95 = (K1 * cse_36)
+            cse_97 = (-cse_94 - (cse_95 * cse_96))
+            cse_98 = (cse_54 * cse_97)
+            cse_103 = (K1 * cse_37)
+            cse_104 = (-cse_94 - (cse_103 * cse_96))
+            cse_105 = (cse_104 * cse_54)
+            cse_107 = (K1 * cse_38)
+            cse_108 = (-cse_94 - (cse_107 * cse_96))
+            cse_109 = (cse_108 * cse_54)
+            cse_68 = (cse_58 * (p_E * p_E * p_E))
+            cse_69 = (cse_46 * cse_68)
+            cse_67 = (cse_11 * cse_11 * cse_11)
+            cse_70 = (cse_67 * cse_69)
+            cse_66 = (cse_15 * cse_53)
+            cse_71 = (cse_66 * cse_70)
+            cse_72 = (cse_17 * cse_53)
+            cse_73 = (cse_70 * cse_72)
+            cse_74 = (cse_19 * cse_53)
+            cse_75 = (cse_70 * cse_74)
+            cse_83 = (cse_67 * cse_68)
+            cse_84 = (cse_57 * cse_83)
+            cse_85 = (cse_66 * cse_84)
+            cse_86 = (cse_72 * cse_84)
+            cse_87 = (cse_74 * cse_84)
+            cse_90 = (cse_63 * cse_83)
+            cse_91 = (cse_66 * cse_90)
+            cse_92 = (cse_72 * cse_90)
+            cse_93 = (cse_74 * cse_90)
+            cse_99 = (K1 * cse_83)
+            cse_100 = (cse_66 * cse_99)
+            cse_101 = (cse_100 * cse_17)
+            cse_102 = (cse_100 * cse_19)
+            cse_45 = (-K4 * cse_44)
+            cse_50 = (-cse_45 - (K6 * cse_41 * cse_48 * cse_49 * (cse_46 * cse_46)))
+            cse_55 = (cse_50 * cse_54)
+            cse_79 = (-cse_45 - (K6 * cse_41 * cse_48 * cse_49 * (cse_57 * cse_57)))
+            cse_80 = (cse_54 * cse_79)
+            cse_88 = (-cse_45 - (K6 * cse_41 * cse_48 * cse_49 * (cse_63 * cse_63)))
+            cse_89 = (cse_54 * cse_88)
+            cse_106 = (cse_19 * cse_72 * cse_99)
+            cse_110 = (p_E * cse_51)
+            cse_113 = tl.where((-(cse_110 * state_internal_gamma_rate) - (K8 * (-p_sigma_y + (K9 * cse_42)))) > 0.0, 1.0, 0.0)
+            cse_114 = (-K2 + cse_113)
+            cse_115 = (cse_114 * cse_47)
+            cse_116 = (cse_115 * cse_41)
+            cse_117 = (-cse_116 * cse_46)
+            cse_118 = (-cse_116 * cse_57)
+            cse_119 = (-cse_116 * cse_63)
+            cse_120 = (K1 * cse_116)
+            cse_121 = (-cse_120 * cse_15)
+            cse_122 = (-cse_120 * cse_17)
+            cse_123 = (-cse_120 * cse_19)
+            cse_76 = (cse_43 * cse_52)
+            cse_77 = (K6 * cse_12)
+            cse_78 = (cse_76 * cse_77)
             # elimination lu1: 7x7, shared by the linear solves below, unrolled over structural nonzeros
-            lu1_1 = (K1 - cse_45)
-            lu1_2 = (cse_37 * cse_69)
-            lu1_3 = (K1 - cse_71)
-            lu1_4 = (cse_48 * cse_69)
-            lu1_5 = (K1 - cse_80)
-            lu1_6 = (cse_54 * cse_69)
-            lu1_7 = (K1 - cse_90)
-            lu1_8 = (cse_67 * state_S_3)
-            lu1_9 = (K1 - cse_98)
-            lu1_10 = (cse_67 * state_S_4)
-            lu1_11 = (K1 - cse_103)
-            lu1_12 = (cse_67 * state_S_5)
-            lu1_13 = (cse_104 * cse_107)
+            lu1_1 = (K2 - cse_55)
+            lu1_2 = (cse_46 * cse_78)
+            lu1_3 = (K2 - cse_80)
+            lu1_4 = (cse_57 * cse_78)
+            lu1_5 = (K2 - cse_89)
+            lu1_6 = (cse_63 * cse_78)
+            lu1_7 = (K2 - cse_98)
+            lu1_8 = (cse_76 * state_S_3)
+            lu1_9 = (K2 - cse_105)
+            lu1_10 = (cse_76 * state_S_4)
+            lu1_11 = (K2 - cse_109)
+            lu1_12 = (cse_76 * state_S_5)
+            lu1_13 = (cse_110 * cse_113)
             lu1_lu = _triton_lu1(
-                lu1_1, cse_53, cse_56, cse_62, cse_64, cse_66, lu1_2, cse_53, lu1_3, cse_73, cse_76, cse_77,
-                cse_78, lu1_4, cse_56, cse_73, lu1_5, cse_82, cse_83, cse_84, lu1_6, cse_62, cse_76, cse_82,
-                lu1_7, cse_93, cse_94, lu1_8, cse_64, cse_77, cse_83, cse_93, lu1_9, cse_99, lu1_10, cse_66,
-                cse_78, cse_84, cse_94, cse_99, lu1_11, lu1_12, cse_111, cse_112, cse_113, cse_115, cse_116,
-                cse_117, lu1_13, DTYPE)
+                lu1_1, cse_62, cse_65, cse_71, cse_73, cse_75, lu1_2, cse_62, lu1_3, cse_82, cse_85, cse_86,
+                cse_87, lu1_4, cse_65, cse_82, lu1_5, cse_91, cse_92, cse_93, lu1_6, cse_71, cse_85, cse_91,
+                lu1_7, cse_101, cse_102, lu1_8, cse_73, cse_86, cse_92, cse_101, lu1_9, cse_106, lu1_10,
+                cse_75, cse_87, cse_93, cse_102, cse_106, lu1_11, lu1_12, cse_117, cse_118, cse_119, cse_121,
+                cse_122, cse_123, lu1_13, DTYPE)
             # linear solve 1: 7x7, 6 right-hand side(s) through elimination lu1
-            ls1_14 = (-cse_45)
+            ls1_14 = (-cse_55)
             (ls1_15, ls1_16, ls1_17, ls1_18, ls1_19, ls1_20, ls1_21) = _triton_lu1_forward1(
-                lu1_lu, ls1_14, cse_53, cse_56, cse_62, cse_64, cse_66, cse_111, DTYPE)
-            ls1_22 = (-cse_71)
+                lu1_lu, ls1_14, cse_62, cse_65, cse_71, cse_73, cse_75, cse_117, DTYPE)
+            ls1_22 = (-cse_80)
             (ls1_23, ls1_24, ls1_25, ls1_26, ls1_27, ls1_28, ls1_29) = _triton_lu1_forward1(
-                lu1_lu, cse_53, ls1_22, cse_73, cse_76, cse_77, cse_78, cse_112, DTYPE)
-            ls1_30 = (-cse_80)
+                lu1_lu, cse_62, ls1_22, cse_82, cse_85, cse_86, cse_87, cse_118, DTYPE)
+            ls1_30 = (-cse_89)
             (ls1_31, ls1_32, ls1_33, ls1_34, ls1_35, ls1_36, ls1_37) = _triton_lu1_forward1(
-                lu1_lu, cse_56, cse_73, ls1_30, cse_82, cse_83, cse_84, cse_113, DTYPE)
-            ls1_38 = (-cse_90)
+                lu1_lu, cse_65, cse_82, ls1_30, cse_91, cse_92, cse_93, cse_119, DTYPE)
+            ls1_38 = (-cse_98)
             (ls1_39, ls1_40, ls1_41, ls1_42, ls1_43, ls1_44, ls1_45) = _triton_lu1_forward1(
-                lu1_lu, cse_62, cse_76, cse_82, ls1_38, cse_93, cse_94, cse_115, DTYPE)
-            ls1_46 = (-cse_98)
+                lu1_lu, cse_71, cse_85, cse_91, ls1_38, cse_101, cse_102, cse_121, DTYPE)
+            ls1_46 = (-cse_105)
             (ls1_47, ls1_48, ls1_49, ls1_50, ls1_51, ls1_52, ls1_53) = _triton_lu1_forward1(
-                lu1_lu, cse_64, cse_77, cse_83, cse_93, ls1_46, cse_99, cse_116, DTYPE)
-            ls1_54 = (-cse_103)
+                lu1_lu, cse_73, cse_86, cse_92, cse_101, ls1_46, cse_106, cse_122, DTYPE)
+            ls1_54 = (-cse_109)
             (ls1_55, ls1_56, ls1_57, ls1_58, ls1_59, ls1_60, ls1_61) = _triton_lu1_forward1(
-                lu1_lu, cse_66, cse_78, cse_84, cse_94, cse_99, ls1_54, cse_117, DTYPE)
+                lu1_lu, cse_75, cse_87, cse_93, cse_102, cse_106, ls1_54, cse_123, DTYPE)
             (d1, d2, d3, d4, d5, d6, d7) = _triton_lu1_back1(
                 lu1_lu, ls1_15, ls1_16, ls1_17, ls1_18, ls1_19, ls1_20, ls1_21, DTYPE)
             (d8, d9, d10, d11, d12, d13, d14) = _triton_lu1_back1(
@@ -1783,7 +1732,7 @@ if triton is not None:
             (d36, d37, d38, d39, d40, d41, d42) = _triton_lu1_back1(
                 lu1_lu, ls1_55, ls1_56, ls1_57, ls1_58, ls1_59, ls1_60, ls1_61, DTYPE)
             cse_21 = (cse_12 * cse_7)
-            cse_22 = (K1 + cse_7)
+            cse_22 = (K2 + cse_7)
             cse_23 = (-cse_22)
             d43 = (-(cse_21 * (d2 + d3)) + (p_E * cse_11 * (cse_22 + (cse_23 * d1))))
             d44 = (-(cse_21 * (d9 + d10)) + (p_E * cse_11 * (cse_7 + (cse_23 * d8))))
@@ -1881,28 +1830,28 @@ if triton is not None:
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
             tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d75, K0), tl.where((j2_perfect_return_map_converged & fin), d76, K0), tl.where((j2_perfect_return_map_converged & fin), d77, K0), tl.where((j2_perfect_return_map_converged & fin), d78, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 12:  # jacobian, total
-            cse_118 = (nx_0 * state_internal_gamma_rate)
-            cse_119 = (cse_118 * cse_68)
-            cse_120 = (cse_119 * cse_37)
-            cse_130 = (cse_119 * cse_48)
-            cse_132 = (cse_119 * cse_54)
-            cse_133 = (cse_118 * state_S_3)
-            cse_138 = (cse_118 * state_S_4)
-            cse_140 = (cse_118 * state_S_5)
-            cse_142 = (cse_107 * state_internal_gamma_rate)
-            cse_143 = (p_E * cse_142)
+            cse_124 = (cse_43 * state_internal_gamma_rate)
+            cse_125 = (cse_124 * cse_77)
+            cse_126 = (cse_125 * cse_46)
+            cse_135 = (cse_125 * cse_57)
+            cse_137 = (cse_125 * cse_63)
+            cse_138 = (cse_124 * state_S_3)
+            cse_143 = (cse_124 * state_S_4)
+            cse_145 = (cse_124 * state_S_5)
+            cse_147 = (cse_113 * state_internal_gamma_rate)
+            cse_148 = (p_E * cse_147)
             # linear solve 2: 7x7, 8 right-hand side(s) through elimination lu1
-            ls2_62 = (-cse_143)
+            ls2_62 = (-cse_148)
             (ls2_63, ls2_64, ls2_65, ls2_66, ls2_67, ls2_68, ls2_69) = _triton_lu1_forward1(
-                lu1_lu, cse_120, cse_130, cse_132, cse_133, cse_138, cse_140, ls2_62, DTYPE)
-            ls2_70 = (-cse_120)
-            ls2_71 = (-cse_130)
-            ls2_72 = (-cse_132)
-            ls2_73 = (-cse_133)
-            ls2_74 = (-cse_138)
-            ls2_75 = (-cse_140)
+                lu1_lu, cse_126, cse_135, cse_137, cse_138, cse_143, cse_145, ls2_62, DTYPE)
+            ls2_70 = (-cse_126)
+            ls2_71 = (-cse_135)
+            ls2_72 = (-cse_137)
+            ls2_73 = (-cse_138)
+            ls2_74 = (-cse_143)
+            ls2_75 = (-cse_145)
             (ls2_76, ls2_77, ls2_78, ls2_79, ls2_80, ls2_81, ls2_82) = _triton_lu1_forward1(
-                lu1_lu, ls2_70, ls2_71, ls2_72, ls2_73, ls2_74, ls2_75, cse_143, DTYPE)
+                lu1_lu, ls2_70, ls2_71, ls2_72, ls2_73, ls2_74, ls2_75, cse_148, DTYPE)
             ls2_84, ls2_85, ls2_86, ls2_87, ls2_88, ls2_89 = _triton_lu1_forward2(lu1_lu, DTYPE)
             ls2_92, ls2_93, ls2_94, ls2_95, ls2_96 = _triton_lu1_forward3(lu1_lu, DTYPE)
             ls2_100, ls2_101, ls2_102, ls2_103 = _triton_lu1_forward4(lu1_lu, DTYPE)
@@ -1976,43 +1925,42 @@ if triton is not None:
             cse_27 = (cse_6 + (cse_4 * (cse_6 * cse_6)))
             cse_28 = (cse_27 * cse_3)
             cse_29 = (p_E * cse_26)
-            cse_121 = (cse_100 + cse_86 + cse_95)
-            cse_122 = (cse_38 * cse_49 * cse_58)
-            cse_123 = (-cse_121 * cse_122)
-            cse_124 = (cse_11 * cse_11 * cse_11 * cse_11)
-            cse_125 = (cse_121 * cse_124)
-            cse_126 = (-cse_3 * ((cse_11 * cse_27) - (cse_26 * cse_7)))
-            cse_127 = (-cse_126 - (cse_0 * cse_26))
-            cse_128 = (-cse_126 - (cse_1 * cse_26))
-            cse_129 = (-cse_126 - (cse_2 * cse_26))
-            cse_131 = (cse_125 * cse_59)
-            cse_134 = (cse_101 + cse_96)
-            cse_135 = ((cse_13 * cse_48) + (cse_14 * cse_54) + (cse_37 * cse_9))
-            cse_136 = ((cse_127 * cse_37) + (cse_128 * cse_48) + (cse_129 * cse_54))
-            cse_137 = (-cse_136 * cse_26)
-            cse_139 = (cse_101 + cse_87)
-            cse_141 = (cse_87 + cse_96)
-            cse_144 = (cse_134 + cse_87)
+            cse_127 = (cse_40 * cse_58 * cse_67)
+            cse_128 = (-cse_127 * cse_39)
+            cse_129 = (cse_11 * cse_11 * cse_11 * cse_11)
+            cse_130 = (cse_129 * cse_39)
+            cse_131 = (-cse_3 * ((cse_11 * cse_27) - (cse_26 * cse_7)))
+            cse_132 = (-cse_131 - (cse_0 * cse_26))
+            cse_133 = (-cse_131 - (cse_1 * cse_26))
+            cse_134 = (-cse_131 - (cse_2 * cse_26))
+            cse_136 = (cse_130 * cse_68)
+            cse_139 = (cse_103 + cse_107)
+            cse_140 = ((cse_13 * cse_57) + (cse_14 * cse_63) + (cse_46 * cse_9))
+            cse_141 = ((cse_132 * cse_46) + (cse_133 * cse_57) + (cse_134 * cse_63))
+            cse_142 = (-cse_141 * cse_26)
+            cse_144 = (cse_107 + cse_95)
+            cse_146 = (cse_103 + cse_95)
+            cse_149 = (cse_139 + cse_95)
             # linear solve 3: 7x7, 3 right-hand side(s) through elimination lu1
-            ls3_125 = (-cse_43 * ((cse_11 * ((cse_13 * cse_52) + (cse_14 * cse_55) + (cse_40 * cse_9))) + (cse_123 * cse_37)))
-            ls3_126 = (-cse_43 * ((cse_11 * ((cse_13 * cse_70) + (cse_14 * cse_72) + (cse_52 * cse_9))) + (cse_123 * cse_48)))
-            ls3_127 = (-cse_43 * ((cse_11 * ((cse_13 * cse_72) + (cse_14 * cse_79) + (cse_55 * cse_9))) + (cse_123 * cse_54)))
-            ls3_128 = (-cse_57 * ((cse_11 * cse_89) + (cse_122 * (-cse_134 - cse_135))))
-            ls3_129 = (-cse_63 * ((cse_11 * cse_97) + (cse_122 * (-cse_135 - cse_139))))
-            ls3_130 = (-cse_65 * ((cse_102 * cse_11) + (cse_122 * (-cse_135 - cse_141))))
-            ls3_131 = (-(cse_142 * cse_41) - (cse_109 * cse_29 * (cse_135 + cse_144)))
+            ls3_125 = (-cse_53 * ((cse_11 * ((cse_13 * cse_61) + (cse_14 * cse_64) + (cse_50 * cse_9))) + (cse_128 * cse_46)))
+            ls3_126 = (-cse_53 * ((cse_11 * ((cse_13 * cse_79) + (cse_14 * cse_81) + (cse_61 * cse_9))) + (cse_128 * cse_57)))
+            ls3_127 = (-cse_53 * ((cse_11 * ((cse_13 * cse_81) + (cse_14 * cse_88) + (cse_64 * cse_9))) + (cse_128 * cse_63)))
+            ls3_128 = (-cse_66 * ((cse_11 * cse_97) + (cse_127 * (-cse_139 - cse_140))))
+            ls3_129 = (-cse_72 * ((cse_104 * cse_11) + (cse_127 * (-cse_140 - cse_144))))
+            ls3_130 = (-cse_74 * ((cse_108 * cse_11) + (cse_127 * (-cse_140 - cse_146))))
+            ls3_131 = (-(cse_147 * cse_51) - (cse_115 * cse_29 * (cse_140 + cse_149)))
             (ls3_132, ls3_133, ls3_134, ls3_135, ls3_136, ls3_137, ls3_138) = _triton_lu1_forward1(
                 lu1_lu, ls3_125, ls3_126, ls3_127, ls3_128, ls3_129, ls3_130, ls3_131, DTYPE)
-            ls3_139 = (-cse_43 * ((p_E * ((cse_127 * cse_40) + (cse_128 * cse_52) + (cse_129 * cse_55))) + (cse_125 * cse_60)))
-            ls3_140 = (-cse_43 * ((p_E * ((cse_127 * cse_52) + (cse_128 * cse_70) + (cse_129 * cse_72))) + (cse_131 * cse_48)))
-            ls3_141 = (-cse_43 * ((p_E * ((cse_127 * cse_55) + (cse_128 * cse_72) + (cse_129 * cse_79))) + (cse_131 * cse_54)))
-            ls3_142 = (-cse_57 * ((cse_59 * (cse_137 + (cse_124 * cse_134))) - (cse_29 * cse_89)))
-            ls3_143 = (-cse_63 * ((cse_59 * (cse_137 + (cse_124 * cse_139))) - (cse_29 * cse_97)))
-            ls3_144 = (-cse_65 * ((cse_59 * (cse_137 + (cse_124 * cse_141))) - (cse_102 * cse_29)))
-            ls3_145 = (-cse_109 * cse_38 * ((cse_11 * cse_136) - (cse_144 * cse_58)))
+            ls3_139 = (-cse_53 * ((p_E * ((cse_132 * cse_50) + (cse_133 * cse_61) + (cse_134 * cse_64))) + (cse_130 * cse_69)))
+            ls3_140 = (-cse_53 * ((p_E * ((cse_132 * cse_61) + (cse_133 * cse_79) + (cse_134 * cse_81))) + (cse_136 * cse_57)))
+            ls3_141 = (-cse_53 * ((p_E * ((cse_132 * cse_64) + (cse_133 * cse_81) + (cse_134 * cse_88))) + (cse_136 * cse_63)))
+            ls3_142 = (-cse_66 * ((cse_68 * (cse_142 + (cse_129 * cse_139))) - (cse_29 * cse_97)))
+            ls3_143 = (-cse_72 * ((cse_68 * (cse_142 + (cse_129 * cse_144))) - (cse_104 * cse_29)))
+            ls3_144 = (-cse_74 * ((cse_68 * (cse_142 + (cse_129 * cse_146))) - (cse_108 * cse_29)))
+            ls3_145 = (-cse_115 * cse_40 * ((cse_11 * cse_141) - (cse_149 * cse_67)))
             (ls3_146, ls3_147, ls3_148, ls3_149, ls3_150, ls3_151, ls3_152) = _triton_lu1_forward1(
                 lu1_lu, ls3_139, ls3_140, ls3_141, ls3_142, ls3_143, ls3_144, ls3_145, DTYPE)
-            ls3_153 = (K8 * cse_108)
+            ls3_153 = (K8 * cse_114)
             ls3_160 = _triton_lu1_forward8(lu1_lu, ls3_153, DTYPE)
             (d183, d184, d185, d186, d187, d188, d189) = _triton_lu1_back1(
                 lu1_lu, ls3_132, ls3_133, ls3_134, ls3_135, ls3_136, ls3_137, ls3_138, DTYPE)
@@ -2043,63 +1991,63 @@ if triton is not None:
                 tl.where((j2_perfect_return_map_converged & fin), d1, K0), tl.where((j2_perfect_return_map_converged & fin), d8, K0), tl.where((j2_perfect_return_map_converged & fin), d15, K0), tl.where((j2_perfect_return_map_converged & fin), d22, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d29, K0), tl.where((j2_perfect_return_map_converged & fin), d36, K0), tl.where((j2_perfect_return_map_converged & fin), d79, K0), tl.where((j2_perfect_return_map_converged & fin), d86, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d93, K0), tl.where((j2_perfect_return_map_converged & fin), d100, K0), tl.where((j2_perfect_return_map_converged & fin), d107, K0), tl.where((j2_perfect_return_map_converged & fin), d114, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d121, K0), tl.where((j2_perfect_return_map_converged & fin), d128, K0), tl.where((j2_perfect_return_map_converged & fin), K6, K0), tl.where((j2_perfect_return_map_converged & fin), d2, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d121, K0), tl.where((j2_perfect_return_map_converged & fin), d128, K0), tl.where((j2_perfect_return_map_converged & fin), K5, K0), tl.where((j2_perfect_return_map_converged & fin), d2, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d9, K0), tl.where((j2_perfect_return_map_converged & fin), d16, K0), tl.where((j2_perfect_return_map_converged & fin), d23, K0), tl.where((j2_perfect_return_map_converged & fin), d30, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d37, K0), tl.where((j2_perfect_return_map_converged & fin), d80, K0), tl.where((j2_perfect_return_map_converged & fin), d87, K0), tl.where((j2_perfect_return_map_converged & fin), d94, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d101, K0), tl.where((j2_perfect_return_map_converged & fin), d108, K0), tl.where((j2_perfect_return_map_converged & fin), d115, K0), tl.where((j2_perfect_return_map_converged & fin), d122, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d129, K0), tl.where((j2_perfect_return_map_converged & fin), K6, K0), tl.where((j2_perfect_return_map_converged & fin), d3, K0), tl.where((j2_perfect_return_map_converged & fin), d10, K0), BLOCK)
+                tl.where((j2_perfect_return_map_converged & fin), d129, K0), tl.where((j2_perfect_return_map_converged & fin), K5, K0), tl.where((j2_perfect_return_map_converged & fin), d3, K0), tl.where((j2_perfect_return_map_converged & fin), d10, K0), BLOCK)
             _k17 = tl.arange(0, 32)[None, :]
             tl.store(J + row[:, None] * j_stride + _k17 + (_k17 // 15) * (3 * (V // 8)), _row16, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row18 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d17, K0), tl.where((j2_perfect_return_map_converged & fin), d24, K0), tl.where((j2_perfect_return_map_converged & fin), d31, K0), tl.where((j2_perfect_return_map_converged & fin), d38, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d81, K0), tl.where((j2_perfect_return_map_converged & fin), d88, K0), tl.where((j2_perfect_return_map_converged & fin), d95, K0), tl.where((j2_perfect_return_map_converged & fin), d102, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d109, K0), tl.where((j2_perfect_return_map_converged & fin), d116, K0), tl.where((j2_perfect_return_map_converged & fin), d123, K0), tl.where((j2_perfect_return_map_converged & fin), d130, K0),
-                tl.where((j2_perfect_return_map_converged & fin), K6, K0), tl.where((j2_perfect_return_map_converged & fin), d4, K0), tl.where((j2_perfect_return_map_converged & fin), d11, K0), tl.where((j2_perfect_return_map_converged & fin), d18, K0),
+                tl.where((j2_perfect_return_map_converged & fin), K5, K0), tl.where((j2_perfect_return_map_converged & fin), d4, K0), tl.where((j2_perfect_return_map_converged & fin), d11, K0), tl.where((j2_perfect_return_map_converged & fin), d18, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d25, K0), tl.where((j2_perfect_return_map_converged & fin), d32, K0), tl.where((j2_perfect_return_map_converged & fin), d39, K0), tl.where((j2_perfect_return_map_converged & fin), d82, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d89, K0), tl.where((j2_perfect_return_map_converged & fin), d96, K0), tl.where((j2_perfect_return_map_converged & fin), d103, K0), tl.where((j2_perfect_return_map_converged & fin), d110, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d117, K0), tl.where((j2_perfect_return_map_converged & fin), d124, K0), tl.where((j2_perfect_return_map_converged & fin), d131, K0), tl.where((j2_perfect_return_map_converged & fin), K6, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d117, K0), tl.where((j2_perfect_return_map_converged & fin), d124, K0), tl.where((j2_perfect_return_map_converged & fin), d131, K0), tl.where((j2_perfect_return_map_converged & fin), K5, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d5, K0), tl.where((j2_perfect_return_map_converged & fin), d12, K0), tl.where((j2_perfect_return_map_converged & fin), d19, K0), tl.where((j2_perfect_return_map_converged & fin), d26, K0), BLOCK)
             _k19 = tl.arange(0, 32)[None, :] + 32
             tl.store(J + row[:, None] * j_stride + _k19 + (_k19 // 15) * (3 * (V // 8)), _row18, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row20 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d33, K0), tl.where((j2_perfect_return_map_converged & fin), d40, K0), tl.where((j2_perfect_return_map_converged & fin), d83, K0), tl.where((j2_perfect_return_map_converged & fin), d90, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d97, K0), tl.where((j2_perfect_return_map_converged & fin), d104, K0), tl.where((j2_perfect_return_map_converged & fin), d111, K0), tl.where((j2_perfect_return_map_converged & fin), d118, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d125, K0), tl.where((j2_perfect_return_map_converged & fin), d132, K0), tl.where((j2_perfect_return_map_converged & fin), K6, K0), tl.where((j2_perfect_return_map_converged & fin), d6, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d125, K0), tl.where((j2_perfect_return_map_converged & fin), d132, K0), tl.where((j2_perfect_return_map_converged & fin), K5, K0), tl.where((j2_perfect_return_map_converged & fin), d6, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d13, K0), tl.where((j2_perfect_return_map_converged & fin), d20, K0), tl.where((j2_perfect_return_map_converged & fin), d27, K0), tl.where((j2_perfect_return_map_converged & fin), d34, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d41, K0), tl.where((j2_perfect_return_map_converged & fin), d84, K0), tl.where((j2_perfect_return_map_converged & fin), d91, K0), tl.where((j2_perfect_return_map_converged & fin), d98, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d105, K0), tl.where((j2_perfect_return_map_converged & fin), d112, K0), tl.where((j2_perfect_return_map_converged & fin), d119, K0), tl.where((j2_perfect_return_map_converged & fin), d126, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d133, K0), tl.where((j2_perfect_return_map_converged & fin), K6, K0), tl.where((j2_perfect_return_map_converged & fin), d7, K0), tl.where((j2_perfect_return_map_converged & fin), d14, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d133, K0), tl.where((j2_perfect_return_map_converged & fin), K5, K0), tl.where((j2_perfect_return_map_converged & fin), d7, K0), tl.where((j2_perfect_return_map_converged & fin), d14, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d21, K0), tl.where((j2_perfect_return_map_converged & fin), d28, K0), tl.where((j2_perfect_return_map_converged & fin), d35, K0), tl.where((j2_perfect_return_map_converged & fin), d42, K0), BLOCK)
             _k21 = tl.arange(0, 32)[None, :] + 64
             tl.store(J + row[:, None] * j_stride + _k21 + (_k21 // 15) * (3 * (V // 8)), _row20, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row22 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d85, K0), tl.where((j2_perfect_return_map_converged & fin), d92, K0), tl.where((j2_perfect_return_map_converged & fin), d99, K0), tl.where((j2_perfect_return_map_converged & fin), d106, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d113, K0), tl.where((j2_perfect_return_map_converged & fin), d120, K0), tl.where((j2_perfect_return_map_converged & fin), d127, K0), tl.where((j2_perfect_return_map_converged & fin), d134, K0),
-                tl.where((j2_perfect_return_map_converged & fin), K6, K0), tl.where((j2_perfect_return_map_converged & fin), d43, K0), tl.where((j2_perfect_return_map_converged & fin), d44, K0), tl.where((j2_perfect_return_map_converged & fin), d45, K0),
+                tl.where((j2_perfect_return_map_converged & fin), K5, K0), tl.where((j2_perfect_return_map_converged & fin), d43, K0), tl.where((j2_perfect_return_map_converged & fin), d44, K0), tl.where((j2_perfect_return_map_converged & fin), d45, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d46, K0), tl.where((j2_perfect_return_map_converged & fin), d47, K0), tl.where((j2_perfect_return_map_converged & fin), d48, K0), tl.where((j2_perfect_return_map_converged & fin), d135, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d141, K0), tl.where((j2_perfect_return_map_converged & fin), d147, K0), tl.where((j2_perfect_return_map_converged & fin), d148, K0), tl.where((j2_perfect_return_map_converged & fin), d149, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d150, K0), tl.where((j2_perfect_return_map_converged & fin), d151, K0), tl.where((j2_perfect_return_map_converged & fin), d152, K0), tl.where((j2_perfect_return_map_converged & fin), K6, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d150, K0), tl.where((j2_perfect_return_map_converged & fin), d151, K0), tl.where((j2_perfect_return_map_converged & fin), d152, K0), tl.where((j2_perfect_return_map_converged & fin), K5, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d49, K0), tl.where((j2_perfect_return_map_converged & fin), d50, K0), tl.where((j2_perfect_return_map_converged & fin), d51, K0), tl.where((j2_perfect_return_map_converged & fin), d52, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d53, K0), tl.where((j2_perfect_return_map_converged & fin), d54, K0), tl.where((j2_perfect_return_map_converged & fin), d136, K0), tl.where((j2_perfect_return_map_converged & fin), d142, K0), BLOCK)
             _k23 = tl.arange(0, 32)[None, :] + 96
             tl.store(J + row[:, None] * j_stride + _k23 + (_k23 // 15) * (3 * (V // 8)), _row22, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row24 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d153, K0), tl.where((j2_perfect_return_map_converged & fin), d154, K0), tl.where((j2_perfect_return_map_converged & fin), d155, K0), tl.where((j2_perfect_return_map_converged & fin), d156, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d157, K0), tl.where((j2_perfect_return_map_converged & fin), d158, K0), tl.where((j2_perfect_return_map_converged & fin), K6, K0), tl.where((j2_perfect_return_map_converged & fin), d55, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d157, K0), tl.where((j2_perfect_return_map_converged & fin), d158, K0), tl.where((j2_perfect_return_map_converged & fin), K5, K0), tl.where((j2_perfect_return_map_converged & fin), d55, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d56, K0), tl.where((j2_perfect_return_map_converged & fin), d57, K0), tl.where((j2_perfect_return_map_converged & fin), d58, K0), tl.where((j2_perfect_return_map_converged & fin), d59, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d60, K0), tl.where((j2_perfect_return_map_converged & fin), d137, K0), tl.where((j2_perfect_return_map_converged & fin), d143, K0), tl.where((j2_perfect_return_map_converged & fin), d159, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d160, K0), tl.where((j2_perfect_return_map_converged & fin), d161, K0), tl.where((j2_perfect_return_map_converged & fin), d162, K0), tl.where((j2_perfect_return_map_converged & fin), d163, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d164, K0), tl.where((j2_perfect_return_map_converged & fin), K6, K0), tl.where((j2_perfect_return_map_converged & fin), d61, K0), tl.where((j2_perfect_return_map_converged & fin), d62, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d164, K0), tl.where((j2_perfect_return_map_converged & fin), K5, K0), tl.where((j2_perfect_return_map_converged & fin), d61, K0), tl.where((j2_perfect_return_map_converged & fin), d62, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d63, K0), tl.where((j2_perfect_return_map_converged & fin), d64, K0), tl.where((j2_perfect_return_map_converged & fin), d65, K0), tl.where((j2_perfect_return_map_converged & fin), d66, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d138, K0), tl.where((j2_perfect_return_map_converged & fin), d144, K0), tl.where((j2_perfect_return_map_converged & fin), d165, K0), tl.where((j2_perfect_return_map_converged & fin), d166, K0), BLOCK)
             _k25 = tl.arange(0, 32)[None, :] + 128
             tl.store(J + row[:, None] * j_stride + _k25 + (_k25 // 15) * (3 * (V // 8)), _row24, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row26 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d167, K0), tl.where((j2_perfect_return_map_converged & fin), d168, K0), tl.where((j2_perfect_return_map_converged & fin), d169, K0), tl.where((j2_perfect_return_map_converged & fin), d170, K0),
-                tl.where((j2_perfect_return_map_converged & fin), K6, K0), tl.where((j2_perfect_return_map_converged & fin), d67, K0), tl.where((j2_perfect_return_map_converged & fin), d68, K0), tl.where((j2_perfect_return_map_converged & fin), d69, K0),
+                tl.where((j2_perfect_return_map_converged & fin), K5, K0), tl.where((j2_perfect_return_map_converged & fin), d67, K0), tl.where((j2_perfect_return_map_converged & fin), d68, K0), tl.where((j2_perfect_return_map_converged & fin), d69, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d70, K0), tl.where((j2_perfect_return_map_converged & fin), d71, K0), tl.where((j2_perfect_return_map_converged & fin), d72, K0), tl.where((j2_perfect_return_map_converged & fin), d139, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d145, K0), tl.where((j2_perfect_return_map_converged & fin), d171, K0), tl.where((j2_perfect_return_map_converged & fin), d172, K0), tl.where((j2_perfect_return_map_converged & fin), d173, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d174, K0), tl.where((j2_perfect_return_map_converged & fin), d175, K0), tl.where((j2_perfect_return_map_converged & fin), d176, K0), tl.where((j2_perfect_return_map_converged & fin), K6, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d174, K0), tl.where((j2_perfect_return_map_converged & fin), d175, K0), tl.where((j2_perfect_return_map_converged & fin), d176, K0), tl.where((j2_perfect_return_map_converged & fin), K5, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d73, K0), tl.where((j2_perfect_return_map_converged & fin), d74, K0), tl.where((j2_perfect_return_map_converged & fin), d75, K0), tl.where((j2_perfect_return_map_converged & fin), d76, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d77, K0), tl.where((j2_perfect_return_map_converged & fin), d78, K0), tl.where((j2_perfect_return_map_converged & fin), d140, K0), tl.where((j2_perfect_return_map_converged & fin), d146, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d177, K0), tl.where((j2_perfect_return_map_converged & fin), d178, K0), tl.where((j2_perfect_return_map_converged & fin), d179, K0), tl.where((j2_perfect_return_map_converged & fin), d180, K0), BLOCK)
@@ -2107,7 +2055,7 @@ if triton is not None:
             tl.store(J + row[:, None] * j_stride + _k27 + (_k27 // 15) * (3 * (V // 8)), _row26, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _zero28 = tl.zeros([BLOCK], dtype=DTYPE)
             _k29 = tl.arange(0, 4)[None, :] + 192
-            tl.store(J + row[:, None] * j_stride + _k29 + (_k29 // 15) * (3 * (V // 8)), _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d181, K0), tl.where((j2_perfect_return_map_converged & fin), d182, K0), tl.where((j2_perfect_return_map_converged & fin), K6, K0), _zero28, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
+            tl.store(J + row[:, None] * j_stride + _k29 + (_k29 // 15) * (3 * (V // 8)), _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d181, K0), tl.where((j2_perfect_return_map_converged & fin), d182, K0), tl.where((j2_perfect_return_map_converged & fin), K5, K0), _zero28, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
             if V & 8:
                 _k30 = tl.arange(0, 4)[None, :]
                 tl.store(J + row[:, None] * j_stride + (_k30 // 3) * 18 + 15 + _k30 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d183, K0), tl.where((j2_perfect_return_map_converged & fin), d190, K0), tl.where((j2_perfect_return_map_converged & fin), d197, K0), tl.where((j2_perfect_return_map_converged & fin), d184, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
@@ -2155,8 +2103,8 @@ C_SOURCE = r'''
 /* MC_PARTS value:0,tangent:0,jacobian:1,total:1 (entry point: part; -DMC_PART=k builds part k alone) */
 /* MC_WIDTHS x=6,1,1,6,1 tangent=36 jacobian=195 total=234 (per point: the inputs' components in argument order, each derivative entry point's entries) */
 #include "modelc_kernel.h"
-#if MC_KERNEL_ABI != 5
-#error "this source needs modelc_kernel.h ABI 5: regenerate it with the installed modelc"
+#if MC_KERNEL_ABI != 6
+#error "this source needs modelc_kernel.h ABI 6: regenerate it with the installed modelc"
 #endif
 
 /* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/gamma_rate: the lanes of a block iterate together until none is active.
@@ -2177,8 +2125,7 @@ MC_INLINE void newton_1_iterate(
     real *restrict v_state_internal_Ep_4, real *restrict v_state_internal_Ep_5,
     real *restrict v_state_internal_gamma_rate, int *restrict v_j2_perfect_return_map_converged,
     int *restrict v_j2_perfect_return_map_iterations,
-    real *restrict v_j2_perfect_return_map_residual_norm, real *restrict v_nx_0,
-    real *restrict v_nx_1, const mc_args *restrict a, const int V) {
+    real *restrict v_j2_perfect_return_map_residual_norm, const mc_args *restrict a, const int V) {
     real mc_A[49 * MC_W], mc_B[7 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
     real
@@ -2369,8 +2316,6 @@ MC_INLINE void newton_1_iterate(
         const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * ((((real)3e+38) - ncse_114) > 0 ? ncse_114 : ((real)0.0)))) & (fabs(nt1_r_5) <= (nt1_rtol * ((((real)3e+38) - ncse_116) > 0 ? ncse_116 : ((real)0.0)))));
         const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((((real)3e+38) - ncse_117) > 0 ? ncse_117 : ((real)0.0)))));
         const int nt1_ok = (nt1_scaled3 | (j2_perfect_return_map_residual_norm <= nt1_atol));
-        v_nx_0[l] = ncse_30;
-        v_nx_1[l] = ncse_29;
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_j2_perfect_return_map_converged[l] = mc_was ? nt1_ok : v_j2_perfect_return_map_converged[l];
@@ -2759,8 +2704,7 @@ static void newton_1(
     real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_gamma_rate,
     int *restrict v_j2_perfect_return_map_converged,
     int *restrict v_j2_perfect_return_map_iterations,
-    real *restrict v_j2_perfect_return_map_residual_norm, real *restrict v_nx_0,
-    real *restrict v_nx_1, const mc_args *restrict a) {
+    real *restrict v_j2_perfect_return_map_residual_norm, const mc_args *restrict a) {
     newton_1_iterate(
         v_p_E, v_p_nu, v_p_sigma_y, v_forces_E_0, v_forces_E_1, v_forces_E_2, v_forces_E_3,
         v_forces_E_4, v_forces_E_5, v_forces_t, v_old_forces_t, v_old_state_internal_Ep_0,
@@ -2769,7 +2713,7 @@ static void newton_1(
         v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3,
         v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_gamma_rate,
         v_j2_perfect_return_map_converged, v_j2_perfect_return_map_iterations,
-        v_j2_perfect_return_map_residual_norm, v_nx_0, v_nx_1, a, 2);
+        v_j2_perfect_return_map_residual_norm, a, 2);
 }
 static void newton_1_lu(
     const real *restrict v_p_E, const real *restrict v_p_nu, const real *restrict v_p_sigma_y,
@@ -2786,8 +2730,7 @@ static void newton_1_lu(
     real *restrict v_state_internal_Ep_4, real *restrict v_state_internal_Ep_5,
     real *restrict v_state_internal_gamma_rate, int *restrict v_j2_perfect_return_map_converged,
     int *restrict v_j2_perfect_return_map_iterations,
-    real *restrict v_j2_perfect_return_map_residual_norm, real *restrict v_nx_0,
-    real *restrict v_nx_1, const mc_args *restrict a) {
+    real *restrict v_j2_perfect_return_map_residual_norm, const mc_args *restrict a) {
     newton_1_iterate(
         v_p_E, v_p_nu, v_p_sigma_y, v_forces_E_0, v_forces_E_1, v_forces_E_2, v_forces_E_3,
         v_forces_E_4, v_forces_E_5, v_forces_t, v_old_forces_t, v_old_state_internal_Ep_0,
@@ -2796,7 +2739,7 @@ static void newton_1_lu(
         v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3,
         v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_gamma_rate,
         v_j2_perfect_return_map_converged, v_j2_perfect_return_map_iterations,
-        v_j2_perfect_return_map_residual_norm, v_nx_0, v_nx_1, a, 1);
+        v_j2_perfect_return_map_residual_norm, a, 1);
 }
 
 MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int nl, const int V) {
@@ -2853,18 +2796,18 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real
         v_state_internal_Ep_0[MC_W], v_state_internal_Ep_1[MC_W], v_state_internal_Ep_2[MC_W],
         v_state_internal_Ep_3[MC_W], v_state_internal_Ep_4[MC_W], v_state_internal_Ep_5[MC_W],
-        v_state_internal_gamma_rate[MC_W], v_j2_perfect_return_map_residual_norm[MC_W], v_nx_0[MC_W],
-        v_nx_1[MC_W], v_cse_0[MC_W], v_cse_1[MC_W], v_cse_2[MC_W], v_cse_3[MC_W], v_cse_4[MC_W],
-        v_cse_6[MC_W], v_cse_7[MC_W], v_cse_9[MC_W], v_cse_11[MC_W], v_cse_12[MC_W], v_cse_13[MC_W],
-        v_cse_14[MC_W], v_cse_15[MC_W], v_state_S_3[MC_W], v_cse_17[MC_W], v_state_S_4[MC_W],
-        v_cse_19[MC_W], v_state_S_5[MC_W], v_cse_21[MC_W], v_cse_22[MC_W], v_cse_23[MC_W],
-        v_cse_24[MC_W], v_cse_26[MC_W], v_cse_37[MC_W], v_cse_38[MC_W], v_cse_40[MC_W], v_cse_41[MC_W],
-        v_cse_43[MC_W], v_cse_48[MC_W], v_cse_49[MC_W], v_cse_52[MC_W], v_cse_54[MC_W], v_cse_55[MC_W],
-        v_cse_57[MC_W], v_cse_58[MC_W], v_cse_59[MC_W], v_cse_60[MC_W], v_cse_63[MC_W], v_cse_65[MC_W],
-        v_cse_68[MC_W], v_cse_70[MC_W], v_cse_72[MC_W], v_cse_79[MC_W], v_cse_86[MC_W], v_cse_87[MC_W],
-        v_cse_89[MC_W], v_cse_95[MC_W], v_cse_96[MC_W], v_cse_97[MC_W], v_cse_100[MC_W],
-        v_cse_101[MC_W], v_cse_102[MC_W], v_cse_107[MC_W], v_cse_108[MC_W], v_cse_109[MC_W],
-        v_cse_142[MC_W], v_cse_25[MC_W], v_cse_28[MC_W], v_cse_29[MC_W];
+        v_state_internal_gamma_rate[MC_W], v_j2_perfect_return_map_residual_norm[MC_W], v_cse_0[MC_W],
+        v_cse_1[MC_W], v_cse_2[MC_W], v_cse_3[MC_W], v_cse_4[MC_W], v_cse_6[MC_W], v_cse_7[MC_W],
+        v_cse_9[MC_W], v_cse_11[MC_W], v_cse_12[MC_W], v_cse_13[MC_W], v_cse_14[MC_W], v_cse_15[MC_W],
+        v_state_S_3[MC_W], v_cse_17[MC_W], v_state_S_4[MC_W], v_cse_19[MC_W], v_state_S_5[MC_W],
+        v_cse_21[MC_W], v_cse_22[MC_W], v_cse_23[MC_W], v_cse_24[MC_W], v_cse_26[MC_W], v_cse_39[MC_W],
+        v_cse_40[MC_W], v_cse_43[MC_W], v_cse_46[MC_W], v_cse_50[MC_W], v_cse_51[MC_W], v_cse_53[MC_W],
+        v_cse_57[MC_W], v_cse_58[MC_W], v_cse_61[MC_W], v_cse_63[MC_W], v_cse_64[MC_W], v_cse_66[MC_W],
+        v_cse_67[MC_W], v_cse_68[MC_W], v_cse_69[MC_W], v_cse_72[MC_W], v_cse_74[MC_W], v_cse_77[MC_W],
+        v_cse_79[MC_W], v_cse_81[MC_W], v_cse_88[MC_W], v_cse_95[MC_W], v_cse_97[MC_W],
+        v_cse_103[MC_W], v_cse_104[MC_W], v_cse_107[MC_W], v_cse_108[MC_W], v_cse_113[MC_W],
+        v_cse_114[MC_W], v_cse_115[MC_W], v_cse_147[MC_W], v_cse_25[MC_W], v_cse_28[MC_W],
+        v_cse_29[MC_W];
     int v_j2_perfect_return_map_converged[MC_W], v_j2_perfect_return_map_iterations[MC_W];
     newton_1(
         (v_p + 0 * MC_W), (v_p + 1 * MC_W), (v_p + 2 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W),
@@ -2873,7 +2816,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), (v_x4 + 0 * MC_W), v_state_internal_Ep_0,
         v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4,
         v_state_internal_Ep_5, v_state_internal_gamma_rate, v_j2_perfect_return_map_converged,
-        v_j2_perfect_return_map_iterations, v_j2_perfect_return_map_residual_norm, v_nx_0, v_nx_1, a);
+        v_j2_perfect_return_map_iterations, v_j2_perfect_return_map_residual_norm, a);
     {  /* lanes whose unrolled Newton failed: again with the LU's partial pivoting */
         int mc_redo[MC_W], mc_fail = 0;
         MC_LANES { mc_redo[l] = v_j2_perfect_return_map_converged[l] == 0; mc_fail |= mc_redo[l]; }
@@ -2884,7 +2827,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), (v_x4 + 0 * MC_W), mc_redo, v_state_internal_Ep_0,
             v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4,
             v_state_internal_Ep_5, v_state_internal_gamma_rate, v_j2_perfect_return_map_converged,
-            v_j2_perfect_return_map_iterations, v_j2_perfect_return_map_residual_norm, v_nx_0, v_nx_1, a);
+            v_j2_perfect_return_map_iterations, v_j2_perfect_return_map_residual_norm, a);
     }
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
@@ -2902,9 +2845,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real state_internal_Ep_4 = v_state_internal_Ep_4[l];
         const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
         const real state_internal_Ep_5 = v_state_internal_Ep_5[l];
-        const real nx_0 = v_nx_0[l];
         const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
-        const real nx_1 = v_nx_1[l];
         const real forces_t = (v_x1 + 0 * MC_W)[l];
         const real old_forces_t = (v_x2 + 0 * MC_W)[l];
         const real p_sigma_y = MC_P(2, (v_p + 2 * MC_W)[l]);
@@ -2943,183 +2884,192 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_23 = (-cse_22);
         const real cse_24 = (-cse_12);
         const real cse_26 = (cse_11 * cse_11);
-        const real cse_30 = (state_internal_gamma_rate == 0 ? ((real)0.0) : nx_0);
-        const real cse_31 = (-((real)0.6666666666666666) * cse_30);
-        const real cse_32 = mc_sdiv(((real)1.0), (((real)2.0) * nx_1));
-        const real cse_33 = (state_internal_gamma_rate == 0 ? ((real)0.0) : cse_32);
-        const real cse_34 = (state_internal_gamma_rate == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (nx_1 * nx_1)));
-        const real cse_35 = (((real)0.6666666666666666) * cse_1);
-        const real cse_36 = (((real)0.6666666666666666) * cse_2);
-        const real cse_37 = (-cse_35 - cse_36 + (((real)1.3333333333333333) * cse_0));
-        const real cse_38 = (p_E * p_E);
-        const real cse_39 = (cse_26 * cse_38);
-        const real cse_40 = (-cse_31 - (((real)0.5) * cse_33 * cse_34 * cse_39 * (cse_37 * cse_37)));
-        const real cse_41 = (forces_t - old_forces_t);
-        const real cse_42 = (-cse_41);
-        const real cse_43 = (cse_42 * state_internal_gamma_rate);
-        const real cse_44 = (cse_12 * cse_43);
-        const real cse_45 = (cse_40 * cse_44);
-        const real cse_46 = (((real)0.3333333333333333) * cse_30);
-        const real cse_47 = (((real)0.6666666666666666) * cse_0);
-        const real cse_48 = (-cse_36 - cse_47 + (((real)1.3333333333333333) * cse_1));
-        const real cse_49 = (cse_33 * cse_34);
-        const real cse_50 = (((real)0.5) * cse_49);
-        const real cse_51 = (cse_37 * cse_39 * cse_50);
-        const real cse_52 = (-cse_46 - (cse_48 * cse_51));
-        const real cse_53 = (-cse_44 * cse_52);
-        const real cse_54 = (-cse_35 - cse_47 + (((real)1.3333333333333333) * cse_2));
-        const real cse_55 = (-cse_46 - (cse_51 * cse_54));
-        const real cse_56 = (-cse_44 * cse_55);
-        const real cse_57 = (cse_15 * cse_43);
-        const real cse_58 = (cse_11 * cse_11 * cse_11);
-        const real cse_59 = (cse_49 * (p_E * p_E * p_E));
-        const real cse_60 = (cse_37 * cse_59);
-        const real cse_61 = (cse_58 * cse_60);
-        const real cse_62 = (cse_57 * cse_61);
-        const real cse_63 = (cse_17 * cse_43);
-        const real cse_64 = (cse_61 * cse_63);
-        const real cse_65 = (cse_19 * cse_43);
-        const real cse_66 = (cse_61 * cse_65);
-        const real cse_67 = (cse_42 * nx_0);
-        const real cse_68 = (((real)0.5) * cse_12);
-        const real cse_69 = (cse_67 * cse_68);
-        const real cse_70 = (-cse_31 - (((real)0.5) * cse_33 * cse_34 * cse_39 * (cse_48 * cse_48)));
-        const real cse_71 = (cse_44 * cse_70);
-        const real cse_72 = (-cse_46 - (cse_39 * cse_48 * cse_50 * cse_54));
-        const real cse_73 = (-cse_44 * cse_72);
-        const real cse_74 = (cse_58 * cse_59);
-        const real cse_75 = (cse_48 * cse_74);
-        const real cse_76 = (cse_57 * cse_75);
-        const real cse_77 = (cse_63 * cse_75);
-        const real cse_78 = (cse_65 * cse_75);
-        const real cse_79 = (-cse_31 - (((real)0.5) * cse_33 * cse_34 * cse_39 * (cse_54 * cse_54)));
-        const real cse_80 = (cse_44 * cse_79);
-        const real cse_81 = (cse_54 * cse_74);
-        const real cse_82 = (cse_57 * cse_81);
-        const real cse_83 = (cse_63 * cse_81);
-        const real cse_84 = (cse_65 * cse_81);
-        const real cse_85 = (-cse_30);
-        const real cse_86 = (cse_15 * cse_15);
-        const real cse_87 = (((real)2.0) * cse_86);
-        const real cse_88 = (cse_39 * cse_49);
-        const real cse_89 = (-cse_85 - (cse_87 * cse_88));
-        const real cse_90 = (cse_44 * cse_89);
-        const real cse_91 = (((real)2.0) * cse_74);
-        const real cse_92 = (cse_57 * cse_91);
-        const real cse_93 = (cse_17 * cse_92);
-        const real cse_94 = (cse_19 * cse_92);
-        const real cse_95 = (cse_17 * cse_17);
-        const real cse_96 = (((real)2.0) * cse_95);
-        const real cse_97 = (-cse_85 - (cse_88 * cse_96));
-        const real cse_98 = (cse_44 * cse_97);
-        const real cse_99 = (cse_19 * cse_63 * cse_91);
-        const real cse_100 = (cse_19 * cse_19);
-        const real cse_101 = (((real)2.0) * cse_100);
-        const real cse_102 = (-cse_85 - (cse_101 * cse_88));
-        const real cse_103 = (cse_102 * cse_44);
-        const real cse_104 = (p_E * cse_41);
-        const real cse_107 = ((-(cse_104 * state_internal_gamma_rate) - (((real)0.816496580927726) * (-p_sigma_y + (((real)1.224744871391589) * nx_1)))) > 0 ? 1 : 0);
-        const real cse_108 = (-((real)1.0) + cse_107);
-        const real cse_109 = (cse_108 * cse_32);
-        const real cse_110 = (cse_109 * cse_39);
-        const real cse_111 = (-cse_110 * cse_37);
-        const real cse_112 = (-cse_110 * cse_48);
-        const real cse_113 = (-cse_110 * cse_54);
-        const real cse_114 = (((real)2.0) * cse_110);
-        const real cse_115 = (-cse_114 * cse_15);
-        const real cse_116 = (-cse_114 * cse_17);
-        const real cse_117 = (-cse_114 * cse_19);
-        if (V & 14) mc_ls1_A[0 * MC_W + l] = (((real)1.0) - cse_45);
-        if (V & 14) mc_ls1_A[1 * MC_W + l] = cse_53;
-        if (V & 14) mc_ls1_A[2 * MC_W + l] = cse_56;
-        if (V & 14) mc_ls1_A[3 * MC_W + l] = cse_62;
-        if (V & 14) mc_ls1_A[4 * MC_W + l] = cse_64;
-        if (V & 14) mc_ls1_A[5 * MC_W + l] = cse_66;
-        if (V & 14) mc_ls1_A[6 * MC_W + l] = (cse_37 * cse_69);
-        if (V & 14) mc_ls1_A[7 * MC_W + l] = cse_53;
-        if (V & 14) mc_ls1_A[8 * MC_W + l] = (((real)1.0) - cse_71);
-        if (V & 14) mc_ls1_A[9 * MC_W + l] = cse_73;
-        if (V & 14) mc_ls1_A[10 * MC_W + l] = cse_76;
-        if (V & 14) mc_ls1_A[11 * MC_W + l] = cse_77;
-        if (V & 14) mc_ls1_A[12 * MC_W + l] = cse_78;
-        if (V & 14) mc_ls1_A[13 * MC_W + l] = (cse_48 * cse_69);
-        if (V & 14) mc_ls1_A[14 * MC_W + l] = cse_56;
-        if (V & 14) mc_ls1_A[15 * MC_W + l] = cse_73;
-        if (V & 14) mc_ls1_A[16 * MC_W + l] = (((real)1.0) - cse_80);
-        if (V & 14) mc_ls1_A[17 * MC_W + l] = cse_82;
-        if (V & 14) mc_ls1_A[18 * MC_W + l] = cse_83;
-        if (V & 14) mc_ls1_A[19 * MC_W + l] = cse_84;
-        if (V & 14) mc_ls1_A[20 * MC_W + l] = (cse_54 * cse_69);
-        if (V & 14) mc_ls1_A[21 * MC_W + l] = cse_62;
-        if (V & 14) mc_ls1_A[22 * MC_W + l] = cse_76;
-        if (V & 14) mc_ls1_A[23 * MC_W + l] = cse_82;
-        if (V & 14) mc_ls1_A[24 * MC_W + l] = (((real)1.0) - cse_90);
-        if (V & 14) mc_ls1_A[25 * MC_W + l] = cse_93;
-        if (V & 14) mc_ls1_A[26 * MC_W + l] = cse_94;
-        if (V & 14) mc_ls1_A[27 * MC_W + l] = (cse_67 * state_S_3);
-        if (V & 14) mc_ls1_A[28 * MC_W + l] = cse_64;
-        if (V & 14) mc_ls1_A[29 * MC_W + l] = cse_77;
-        if (V & 14) mc_ls1_A[30 * MC_W + l] = cse_83;
-        if (V & 14) mc_ls1_A[31 * MC_W + l] = cse_93;
-        if (V & 14) mc_ls1_A[32 * MC_W + l] = (((real)1.0) - cse_98);
-        if (V & 14) mc_ls1_A[33 * MC_W + l] = cse_99;
-        if (V & 14) mc_ls1_A[34 * MC_W + l] = (cse_67 * state_S_4);
-        if (V & 14) mc_ls1_A[35 * MC_W + l] = cse_66;
-        if (V & 14) mc_ls1_A[36 * MC_W + l] = cse_78;
-        if (V & 14) mc_ls1_A[37 * MC_W + l] = cse_84;
-        if (V & 14) mc_ls1_A[38 * MC_W + l] = cse_94;
-        if (V & 14) mc_ls1_A[39 * MC_W + l] = cse_99;
-        if (V & 14) mc_ls1_A[40 * MC_W + l] = (((real)1.0) - cse_103);
-        if (V & 14) mc_ls1_A[41 * MC_W + l] = (cse_67 * state_S_5);
-        if (V & 14) mc_ls1_A[42 * MC_W + l] = cse_111;
-        if (V & 14) mc_ls1_A[43 * MC_W + l] = cse_112;
-        if (V & 14) mc_ls1_A[44 * MC_W + l] = cse_113;
-        if (V & 14) mc_ls1_A[45 * MC_W + l] = cse_115;
-        if (V & 14) mc_ls1_A[46 * MC_W + l] = cse_116;
-        if (V & 14) mc_ls1_A[47 * MC_W + l] = cse_117;
-        if (V & 14) mc_ls1_A[48 * MC_W + l] = (cse_104 * cse_107);
-        if (V & 14) mc_ls1_B[0 * MC_W + l] = (-cse_45);
-        if (V & 14) mc_ls1_B[1 * MC_W + l] = cse_53;
-        if (V & 14) mc_ls1_B[2 * MC_W + l] = cse_56;
-        if (V & 14) mc_ls1_B[3 * MC_W + l] = cse_62;
-        if (V & 14) mc_ls1_B[4 * MC_W + l] = cse_64;
-        if (V & 14) mc_ls1_B[5 * MC_W + l] = cse_66;
-        if (V & 14) mc_ls1_B[6 * MC_W + l] = cse_53;
-        if (V & 14) mc_ls1_B[7 * MC_W + l] = (-cse_71);
-        if (V & 14) mc_ls1_B[8 * MC_W + l] = cse_73;
-        if (V & 14) mc_ls1_B[9 * MC_W + l] = cse_76;
-        if (V & 14) mc_ls1_B[10 * MC_W + l] = cse_77;
-        if (V & 14) mc_ls1_B[11 * MC_W + l] = cse_78;
-        if (V & 14) mc_ls1_B[12 * MC_W + l] = cse_56;
-        if (V & 14) mc_ls1_B[13 * MC_W + l] = cse_73;
-        if (V & 14) mc_ls1_B[14 * MC_W + l] = (-cse_80);
-        if (V & 14) mc_ls1_B[15 * MC_W + l] = cse_82;
-        if (V & 14) mc_ls1_B[16 * MC_W + l] = cse_83;
-        if (V & 14) mc_ls1_B[17 * MC_W + l] = cse_84;
-        if (V & 14) mc_ls1_B[18 * MC_W + l] = cse_62;
-        if (V & 14) mc_ls1_B[19 * MC_W + l] = cse_76;
-        if (V & 14) mc_ls1_B[20 * MC_W + l] = cse_82;
-        if (V & 14) mc_ls1_B[21 * MC_W + l] = (-cse_90);
-        if (V & 14) mc_ls1_B[22 * MC_W + l] = cse_93;
-        if (V & 14) mc_ls1_B[23 * MC_W + l] = cse_94;
-        if (V & 14) mc_ls1_B[24 * MC_W + l] = cse_64;
-        if (V & 14) mc_ls1_B[25 * MC_W + l] = cse_77;
-        if (V & 14) mc_ls1_B[26 * MC_W + l] = cse_83;
-        if (V & 14) mc_ls1_B[27 * MC_W + l] = cse_93;
-        if (V & 14) mc_ls1_B[28 * MC_W + l] = (-cse_98);
-        if (V & 14) mc_ls1_B[29 * MC_W + l] = cse_99;
-        if (V & 14) mc_ls1_B[30 * MC_W + l] = cse_66;
-        if (V & 14) mc_ls1_B[31 * MC_W + l] = cse_78;
-        if (V & 14) mc_ls1_B[32 * MC_W + l] = cse_84;
-        if (V & 14) mc_ls1_B[33 * MC_W + l] = cse_94;
-        if (V & 14) mc_ls1_B[34 * MC_W + l] = cse_99;
-        if (V & 14) mc_ls1_B[35 * MC_W + l] = (-cse_103);
-        if (V & 14) mc_ls1_B[36 * MC_W + l] = cse_111;
-        if (V & 14) mc_ls1_B[37 * MC_W + l] = cse_112;
-        if (V & 14) mc_ls1_B[38 * MC_W + l] = cse_113;
-        if (V & 14) mc_ls1_B[39 * MC_W + l] = cse_115;
-        if (V & 14) mc_ls1_B[40 * MC_W + l] = cse_116;
-        if (V & 14) mc_ls1_B[41 * MC_W + l] = cse_117;
+        const real cse_30 = (((real)0.3333333333333333) * cse_0);
+        const real cse_31 = (((real)0.3333333333333333) * cse_1);
+        const real cse_32 = (((real)0.6666666666666666) * cse_2);
+        const real cse_33 = (((real)0.6666666666666666) * cse_1);
+        const real cse_34 = (((real)0.3333333333333333) * cse_2);
+        const real cse_35 = (((real)0.6666666666666666) * cse_0);
+        const real cse_36 = (cse_15 * cse_15);
+        const real cse_37 = (cse_17 * cse_17);
+        const real cse_38 = (cse_19 * cse_19);
+        const real cse_39 = (cse_36 + cse_37 + cse_38);
+        const real cse_40 = (p_E * p_E);
+        const real cse_41 = (cse_26 * cse_40);
+        const real cse_150 = (cse_32 - cse_30 - cse_31);
+        const real cse_151 = (cse_33 - cse_30 - cse_34);
+        const real cse_152 = (cse_35 - cse_31 - cse_34);
+        const real cse_42 = sqrt(mc_pos(((cse_39 * cse_41) + ((cse_12 * cse_12) * (cse_150 * cse_150)) + ((cse_12 * cse_12) * (cse_151 * cse_151)) + ((cse_12 * cse_12) * (cse_152 * cse_152)))));
+        const real cse_43 = mc_sdiv(((real)1.0), cse_42);
+        const real cse_44 = (state_internal_gamma_rate == 0 ? ((real)0.0) : cse_43);
+        const real cse_45 = (-((real)0.6666666666666666) * cse_44);
+        const real cse_46 = (-cse_32 - cse_33 + (((real)1.3333333333333333) * cse_0));
+        const real cse_47 = mc_sdiv(((real)1.0), (((real)2.0) * cse_42));
+        const real cse_48 = (state_internal_gamma_rate == 0 ? ((real)0.0) : cse_47);
+        const real cse_49 = (state_internal_gamma_rate == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (cse_42 * cse_42)));
+        const real cse_50 = (-cse_45 - (((real)0.5) * cse_41 * cse_48 * cse_49 * (cse_46 * cse_46)));
+        const real cse_51 = (forces_t - old_forces_t);
+        const real cse_52 = (-cse_51);
+        const real cse_53 = (cse_52 * state_internal_gamma_rate);
+        const real cse_54 = (cse_12 * cse_53);
+        const real cse_55 = (cse_50 * cse_54);
+        const real cse_56 = (((real)0.3333333333333333) * cse_44);
+        const real cse_57 = (-cse_32 - cse_35 + (((real)1.3333333333333333) * cse_1));
+        const real cse_58 = (cse_48 * cse_49);
+        const real cse_59 = (((real)0.5) * cse_58);
+        const real cse_60 = (cse_41 * cse_46 * cse_59);
+        const real cse_61 = (-cse_56 - (cse_57 * cse_60));
+        const real cse_62 = (-cse_54 * cse_61);
+        const real cse_63 = (-cse_33 - cse_35 + (((real)1.3333333333333333) * cse_2));
+        const real cse_64 = (-cse_56 - (cse_60 * cse_63));
+        const real cse_65 = (-cse_54 * cse_64);
+        const real cse_66 = (cse_15 * cse_53);
+        const real cse_67 = (cse_11 * cse_11 * cse_11);
+        const real cse_68 = (cse_58 * (p_E * p_E * p_E));
+        const real cse_69 = (cse_46 * cse_68);
+        const real cse_70 = (cse_67 * cse_69);
+        const real cse_71 = (cse_66 * cse_70);
+        const real cse_72 = (cse_17 * cse_53);
+        const real cse_73 = (cse_70 * cse_72);
+        const real cse_74 = (cse_19 * cse_53);
+        const real cse_75 = (cse_70 * cse_74);
+        const real cse_76 = (cse_43 * cse_52);
+        const real cse_77 = (((real)0.5) * cse_12);
+        const real cse_78 = (cse_76 * cse_77);
+        const real cse_79 = (-cse_45 - (((real)0.5) * cse_41 * cse_48 * cse_49 * (cse_57 * cse_57)));
+        const real cse_80 = (cse_54 * cse_79);
+        const real cse_81 = (-cse_56 - (cse_41 * cse_57 * cse_59 * cse_63));
+        const real cse_82 = (-cse_54 * cse_81);
+        const real cse_83 = (cse_67 * cse_68);
+        const real cse_84 = (cse_57 * cse_83);
+        const real cse_85 = (cse_66 * cse_84);
+        const real cse_86 = (cse_72 * cse_84);
+        const real cse_87 = (cse_74 * cse_84);
+        const real cse_88 = (-cse_45 - (((real)0.5) * cse_41 * cse_48 * cse_49 * (cse_63 * cse_63)));
+        const real cse_89 = (cse_54 * cse_88);
+        const real cse_90 = (cse_63 * cse_83);
+        const real cse_91 = (cse_66 * cse_90);
+        const real cse_92 = (cse_72 * cse_90);
+        const real cse_93 = (cse_74 * cse_90);
+        const real cse_94 = (-cse_44);
+        const real cse_95 = (((real)2.0) * cse_36);
+        const real cse_96 = (cse_41 * cse_58);
+        const real cse_97 = (-cse_94 - (cse_95 * cse_96));
+        const real cse_98 = (cse_54 * cse_97);
+        const real cse_99 = (((real)2.0) * cse_83);
+        const real cse_100 = (cse_66 * cse_99);
+        const real cse_101 = (cse_100 * cse_17);
+        const real cse_102 = (cse_100 * cse_19);
+        const real cse_103 = (((real)2.0) * cse_37);
+        const real cse_104 = (-cse_94 - (cse_103 * cse_96));
+        const real cse_105 = (cse_104 * cse_54);
+        const real cse_106 = (cse_19 * cse_72 * cse_99);
+        const real cse_107 = (((real)2.0) * cse_38);
+        const real cse_108 = (-cse_94 - (cse_107 * cse_96));
+        const real cse_109 = (cse_108 * cse_54);
+        const real cse_110 = (p_E * cse_51);
+        const real cse_113 = ((-(cse_110 * state_internal_gamma_rate) - (((real)0.816496580927726) * (-p_sigma_y + (((real)1.224744871391589) * cse_42)))) > 0 ? 1 : 0);
+        const real cse_114 = (-((real)1.0) + cse_113);
+        const real cse_115 = (cse_114 * cse_47);
+        const real cse_116 = (cse_115 * cse_41);
+        const real cse_117 = (-cse_116 * cse_46);
+        const real cse_118 = (-cse_116 * cse_57);
+        const real cse_119 = (-cse_116 * cse_63);
+        const real cse_120 = (((real)2.0) * cse_116);
+        const real cse_121 = (-cse_120 * cse_15);
+        const real cse_122 = (-cse_120 * cse_17);
+        const real cse_123 = (-cse_120 * cse_19);
+        if (V & 14) mc_ls1_A[0 * MC_W + l] = (((real)1.0) - cse_55);
+        if (V & 14) mc_ls1_A[1 * MC_W + l] = cse_62;
+        if (V & 14) mc_ls1_A[2 * MC_W + l] = cse_65;
+        if (V & 14) mc_ls1_A[3 * MC_W + l] = cse_71;
+        if (V & 14) mc_ls1_A[4 * MC_W + l] = cse_73;
+        if (V & 14) mc_ls1_A[5 * MC_W + l] = cse_75;
+        if (V & 14) mc_ls1_A[6 * MC_W + l] = (cse_46 * cse_78);
+        if (V & 14) mc_ls1_A[7 * MC_W + l] = cse_62;
+        if (V & 14) mc_ls1_A[8 * MC_W + l] = (((real)1.0) - cse_80);
+        if (V & 14) mc_ls1_A[9 * MC_W + l] = cse_82;
+        if (V & 14) mc_ls1_A[10 * MC_W + l] = cse_85;
+        if (V & 14) mc_ls1_A[11 * MC_W + l] = cse_86;
+        if (V & 14) mc_ls1_A[12 * MC_W + l] = cse_87;
+        if (V & 14) mc_ls1_A[13 * MC_W + l] = (cse_57 * cse_78);
+        if (V & 14) mc_ls1_A[14 * MC_W + l] = cse_65;
+        if (V & 14) mc_ls1_A[15 * MC_W + l] = cse_82;
+        if (V & 14) mc_ls1_A[16 * MC_W + l] = (((real)1.0) - cse_89);
+        if (V & 14) mc_ls1_A[17 * MC_W + l] = cse_91;
+        if (V & 14) mc_ls1_A[18 * MC_W + l] = cse_92;
+        if (V & 14) mc_ls1_A[19 * MC_W + l] = cse_93;
+        if (V & 14) mc_ls1_A[20 * MC_W + l] = (cse_63 * cse_78);
+        if (V & 14) mc_ls1_A[21 * MC_W + l] = cse_71;
+        if (V & 14) mc_ls1_A[22 * MC_W + l] = cse_85;
+        if (V & 14) mc_ls1_A[23 * MC_W + l] = cse_91;
+        if (V & 14) mc_ls1_A[24 * MC_W + l] = (((real)1.0) - cse_98);
+        if (V & 14) mc_ls1_A[25 * MC_W + l] = cse_101;
+        if (V & 14) mc_ls1_A[26 * MC_W + l] = cse_102;
+        if (V & 14) mc_ls1_A[27 * MC_W + l] = (cse_76 * state_S_3);
+        if (V & 14) mc_ls1_A[28 * MC_W + l] = cse_73;
+        if (V & 14) mc_ls1_A[29 * MC_W + l] = cse_86;
+        if (V & 14) mc_ls1_A[30 * MC_W + l] = cse_92;
+        if (V & 14) mc_ls1_A[31 * MC_W + l] = cse_101;
+        if (V & 14) mc_ls1_A[32 * MC_W + l] = (((real)1.0) - cse_105);
+        if (V & 14) mc_ls1_A[33 * MC_W + l] = cse_106;
+        if (V & 14) mc_ls1_A[34 * MC_W + l] = (cse_76 * state_S_4);
+        if (V & 14) mc_ls1_A[35 * MC_W + l] = cse_75;
+        if (V & 14) mc_ls1_A[36 * MC_W + l] = cse_87;
+        if (V & 14) mc_ls1_A[37 * MC_W + l] = cse_93;
+        if (V & 14) mc_ls1_A[38 * MC_W + l] = cse_102;
+        if (V & 14) mc_ls1_A[39 * MC_W + l] = cse_106;
+        if (V & 14) mc_ls1_A[40 * MC_W + l] = (((real)1.0) - cse_109);
+        if (V & 14) mc_ls1_A[41 * MC_W + l] = (cse_76 * state_S_5);
+        if (V & 14) mc_ls1_A[42 * MC_W + l] = cse_117;
+        if (V & 14) mc_ls1_A[43 * MC_W + l] = cse_118;
+        if (V & 14) mc_ls1_A[44 * MC_W + l] = cse_119;
+        if (V & 14) mc_ls1_A[45 * MC_W + l] = cse_121;
+        if (V & 14) mc_ls1_A[46 * MC_W + l] = cse_122;
+        if (V & 14) mc_ls1_A[47 * MC_W + l] = cse_123;
+        if (V & 14) mc_ls1_A[48 * MC_W + l] = (cse_110 * cse_113);
+        if (V & 14) mc_ls1_B[0 * MC_W + l] = (-cse_55);
+        if (V & 14) mc_ls1_B[1 * MC_W + l] = cse_62;
+        if (V & 14) mc_ls1_B[2 * MC_W + l] = cse_65;
+        if (V & 14) mc_ls1_B[3 * MC_W + l] = cse_71;
+        if (V & 14) mc_ls1_B[4 * MC_W + l] = cse_73;
+        if (V & 14) mc_ls1_B[5 * MC_W + l] = cse_75;
+        if (V & 14) mc_ls1_B[6 * MC_W + l] = cse_62;
+        if (V & 14) mc_ls1_B[7 * MC_W + l] = (-cse_80);
+        if (V & 14) mc_ls1_B[8 * MC_W + l] = cse_82;
+        if (V & 14) mc_ls1_B[9 * MC_W + l] = cse_85;
+        if (V & 14) mc_ls1_B[10 * MC_W + l] = cse_86;
+        if (V & 14) mc_ls1_B[11 * MC_W + l] = cse_87;
+        if (V & 14) mc_ls1_B[12 * MC_W + l] = cse_65;
+        if (V & 14) mc_ls1_B[13 * MC_W + l] = cse_82;
+        if (V & 14) mc_ls1_B[14 * MC_W + l] = (-cse_89);
+        if (V & 14) mc_ls1_B[15 * MC_W + l] = cse_91;
+        if (V & 14) mc_ls1_B[16 * MC_W + l] = cse_92;
+        if (V & 14) mc_ls1_B[17 * MC_W + l] = cse_93;
+        if (V & 14) mc_ls1_B[18 * MC_W + l] = cse_71;
+        if (V & 14) mc_ls1_B[19 * MC_W + l] = cse_85;
+        if (V & 14) mc_ls1_B[20 * MC_W + l] = cse_91;
+        if (V & 14) mc_ls1_B[21 * MC_W + l] = (-cse_98);
+        if (V & 14) mc_ls1_B[22 * MC_W + l] = cse_101;
+        if (V & 14) mc_ls1_B[23 * MC_W + l] = cse_102;
+        if (V & 14) mc_ls1_B[24 * MC_W + l] = cse_73;
+        if (V & 14) mc_ls1_B[25 * MC_W + l] = cse_86;
+        if (V & 14) mc_ls1_B[26 * MC_W + l] = cse_92;
+        if (V & 14) mc_ls1_B[27 * MC_W + l] = cse_101;
+        if (V & 14) mc_ls1_B[28 * MC_W + l] = (-cse_105);
+        if (V & 14) mc_ls1_B[29 * MC_W + l] = cse_106;
+        if (V & 14) mc_ls1_B[30 * MC_W + l] = cse_75;
+        if (V & 14) mc_ls1_B[31 * MC_W + l] = cse_87;
+        if (V & 14) mc_ls1_B[32 * MC_W + l] = cse_93;
+        if (V & 14) mc_ls1_B[33 * MC_W + l] = cse_102;
+        if (V & 14) mc_ls1_B[34 * MC_W + l] = cse_106;
+        if (V & 14) mc_ls1_B[35 * MC_W + l] = (-cse_109);
+        if (V & 14) mc_ls1_B[36 * MC_W + l] = cse_117;
+        if (V & 14) mc_ls1_B[37 * MC_W + l] = cse_118;
+        if (V & 14) mc_ls1_B[38 * MC_W + l] = cse_119;
+        if (V & 14) mc_ls1_B[39 * MC_W + l] = cse_121;
+        if (V & 14) mc_ls1_B[40 * MC_W + l] = cse_122;
+        if (V & 14) mc_ls1_B[41 * MC_W + l] = cse_123;
         v_cse_0[l] = cse_0;
         v_cse_1[l] = cse_1;
         v_cse_2[l] = cse_2;
@@ -3143,38 +3093,37 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) v_cse_23[l] = cse_23;
         if (V & 14) v_cse_24[l] = cse_24;
         if (V & 14) v_cse_26[l] = cse_26;
-        if (V & 14) v_cse_37[l] = cse_37;
-        if (V & 14) v_cse_38[l] = cse_38;
+        if (V & 14) v_cse_39[l] = cse_39;
         if (V & 14) v_cse_40[l] = cse_40;
-        if (V & 14) v_cse_41[l] = cse_41;
         if (V & 14) v_cse_43[l] = cse_43;
-        if (V & 14) v_cse_48[l] = cse_48;
-        if (V & 14) v_cse_49[l] = cse_49;
-        if (V & 14) v_cse_52[l] = cse_52;
-        if (V & 14) v_cse_54[l] = cse_54;
-        if (V & 14) v_cse_55[l] = cse_55;
+        if (V & 14) v_cse_46[l] = cse_46;
+        if (V & 14) v_cse_50[l] = cse_50;
+        if (V & 14) v_cse_51[l] = cse_51;
+        if (V & 14) v_cse_53[l] = cse_53;
         if (V & 14) v_cse_57[l] = cse_57;
         if (V & 14) v_cse_58[l] = cse_58;
-        if (V & 14) v_cse_59[l] = cse_59;
-        if (V & 14) v_cse_60[l] = cse_60;
+        if (V & 14) v_cse_61[l] = cse_61;
         if (V & 14) v_cse_63[l] = cse_63;
-        if (V & 14) v_cse_65[l] = cse_65;
+        if (V & 14) v_cse_64[l] = cse_64;
+        if (V & 14) v_cse_66[l] = cse_66;
+        if (V & 14) v_cse_67[l] = cse_67;
         if (V & 14) v_cse_68[l] = cse_68;
-        if (V & 14) v_cse_70[l] = cse_70;
+        if (V & 14) v_cse_69[l] = cse_69;
         if (V & 14) v_cse_72[l] = cse_72;
+        if (V & 14) v_cse_74[l] = cse_74;
+        if (V & 14) v_cse_77[l] = cse_77;
         if (V & 14) v_cse_79[l] = cse_79;
-        if (V & 14) v_cse_86[l] = cse_86;
-        if (V & 14) v_cse_87[l] = cse_87;
-        if (V & 14) v_cse_89[l] = cse_89;
+        if (V & 14) v_cse_81[l] = cse_81;
+        if (V & 14) v_cse_88[l] = cse_88;
         if (V & 14) v_cse_95[l] = cse_95;
-        if (V & 14) v_cse_96[l] = cse_96;
         if (V & 14) v_cse_97[l] = cse_97;
-        if (V & 14) v_cse_100[l] = cse_100;
-        if (V & 14) v_cse_101[l] = cse_101;
-        if (V & 14) v_cse_102[l] = cse_102;
+        if (V & 14) v_cse_103[l] = cse_103;
+        if (V & 14) v_cse_104[l] = cse_104;
         if (V & 14) v_cse_107[l] = cse_107;
         if (V & 14) v_cse_108[l] = cse_108;
-        if (V & 14) v_cse_109[l] = cse_109;
+        if (V & 14) v_cse_113[l] = cse_113;
+        if (V & 14) v_cse_114[l] = cse_114;
+        if (V & 14) v_cse_115[l] = cse_115;
     }
     if (V & 14) {
         mc_lu_solve(7, 6, mc_ls1_A, mc_ls1_B, (V & 12) ? mc_ls1_piv : 0);
@@ -3224,16 +3173,16 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real d34 = (mc_ls1_B + 33 * MC_W)[l];
             const real d35 = (mc_ls1_B + 34 * MC_W)[l];
             const real d36 = (mc_ls1_B + 35 * MC_W)[l];
-            const real nx_0 = v_nx_0[l];
+            const real cse_43 = v_cse_43[l];
             const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
-            const real cse_68 = v_cse_68[l];
-            const real cse_37 = v_cse_37[l];
-            const real cse_48 = v_cse_48[l];
-            const real cse_54 = v_cse_54[l];
+            const real cse_77 = v_cse_77[l];
+            const real cse_46 = v_cse_46[l];
+            const real cse_57 = v_cse_57[l];
+            const real cse_63 = v_cse_63[l];
             const real state_S_3 = v_state_S_3[l];
             const real state_S_4 = v_state_S_4[l];
             const real state_S_5 = v_state_S_5[l];
-            const real cse_107 = v_cse_107[l];
+            const real cse_113 = v_cse_113[l];
             o_j[0 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d2 + d3)) + (p_E * cse_11 * (cse_22 + (cse_23 * d1)))) : MC_NAN;
             o_j[1 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d5 + d6)) + (p_E * cse_11 * (cse_7 + (cse_23 * d4)))) : MC_NAN;
             o_j[2 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d8 + d9)) + (p_E * cse_11 * (cse_7 + (cse_23 * d7)))) : MC_NAN;
@@ -3270,73 +3219,73 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             o_j[33 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d34) : MC_NAN;
             o_j[34 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d35) : MC_NAN;
             o_j[35 * MC_W + l] = j2_perfect_return_map_converged ? (cse_12 + (cse_24 * d36)) : MC_NAN;
-            const real cse_118 = (nx_0 * state_internal_gamma_rate);
-            const real cse_119 = (cse_118 * cse_68);
-            const real cse_120 = (cse_119 * cse_37);
-            const real cse_130 = (cse_119 * cse_48);
-            const real cse_132 = (cse_119 * cse_54);
-            const real cse_133 = (cse_118 * state_S_3);
-            const real cse_138 = (cse_118 * state_S_4);
-            const real cse_140 = (cse_118 * state_S_5);
-            const real cse_142 = (cse_107 * state_internal_gamma_rate);
-            const real cse_143 = (p_E * cse_142);
-            if (V & 12) mc_ls2_B[0 * MC_W + l] = cse_120;
-            if (V & 12) mc_ls2_B[1 * MC_W + l] = (-cse_120);
+            const real cse_124 = (cse_43 * state_internal_gamma_rate);
+            const real cse_125 = (cse_124 * cse_77);
+            const real cse_126 = (cse_125 * cse_46);
+            const real cse_135 = (cse_125 * cse_57);
+            const real cse_137 = (cse_125 * cse_63);
+            const real cse_138 = (cse_124 * state_S_3);
+            const real cse_143 = (cse_124 * state_S_4);
+            const real cse_145 = (cse_124 * state_S_5);
+            const real cse_147 = (cse_113 * state_internal_gamma_rate);
+            const real cse_148 = (p_E * cse_147);
+            if (V & 12) mc_ls2_B[0 * MC_W + l] = cse_126;
+            if (V & 12) mc_ls2_B[1 * MC_W + l] = (-cse_126);
             if (V & 12) mc_ls2_B[2 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[3 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[4 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[5 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[6 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[7 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[8 * MC_W + l] = cse_130;
-            if (V & 12) mc_ls2_B[9 * MC_W + l] = (-cse_130);
+            if (V & 12) mc_ls2_B[8 * MC_W + l] = cse_135;
+            if (V & 12) mc_ls2_B[9 * MC_W + l] = (-cse_135);
             if (V & 12) mc_ls2_B[10 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[11 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[12 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[13 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[14 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[15 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[16 * MC_W + l] = cse_132;
-            if (V & 12) mc_ls2_B[17 * MC_W + l] = (-cse_132);
+            if (V & 12) mc_ls2_B[16 * MC_W + l] = cse_137;
+            if (V & 12) mc_ls2_B[17 * MC_W + l] = (-cse_137);
             if (V & 12) mc_ls2_B[18 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[19 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[20 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[21 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[22 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[23 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[24 * MC_W + l] = cse_133;
-            if (V & 12) mc_ls2_B[25 * MC_W + l] = (-cse_133);
+            if (V & 12) mc_ls2_B[24 * MC_W + l] = cse_138;
+            if (V & 12) mc_ls2_B[25 * MC_W + l] = (-cse_138);
             if (V & 12) mc_ls2_B[26 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[27 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[28 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[29 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[30 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[31 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[32 * MC_W + l] = cse_138;
-            if (V & 12) mc_ls2_B[33 * MC_W + l] = (-cse_138);
+            if (V & 12) mc_ls2_B[32 * MC_W + l] = cse_143;
+            if (V & 12) mc_ls2_B[33 * MC_W + l] = (-cse_143);
             if (V & 12) mc_ls2_B[34 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[35 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[36 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[37 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[38 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[39 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[40 * MC_W + l] = cse_140;
-            if (V & 12) mc_ls2_B[41 * MC_W + l] = (-cse_140);
+            if (V & 12) mc_ls2_B[40 * MC_W + l] = cse_145;
+            if (V & 12) mc_ls2_B[41 * MC_W + l] = (-cse_145);
             if (V & 12) mc_ls2_B[42 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[43 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[44 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[45 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[46 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[47 * MC_W + l] = ((real)1.0);
-            if (V & 12) mc_ls2_B[48 * MC_W + l] = (-cse_143);
-            if (V & 12) mc_ls2_B[49 * MC_W + l] = cse_143;
+            if (V & 12) mc_ls2_B[48 * MC_W + l] = (-cse_148);
+            if (V & 12) mc_ls2_B[49 * MC_W + l] = cse_148;
             if (V & 12) mc_ls2_B[50 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[51 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[52 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[53 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[54 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[55 * MC_W + l] = ((real)0.0);
-            if (V & 12) v_cse_142[l] = cse_142;
+            if (V & 12) v_cse_147[l] = cse_147;
         }
     }
     if (V & 12) {
@@ -3400,44 +3349,42 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_6 = v_cse_6[l];
             const real cse_3 = v_cse_3[l];
             const real cse_26 = v_cse_26[l];
-            const real cse_100 = v_cse_100[l];
-            const real cse_86 = v_cse_86[l];
-            const real cse_95 = v_cse_95[l];
-            const real cse_38 = v_cse_38[l];
-            const real cse_49 = v_cse_49[l];
+            const real cse_40 = v_cse_40[l];
             const real cse_58 = v_cse_58[l];
+            const real cse_67 = v_cse_67[l];
+            const real cse_39 = v_cse_39[l];
             const real cse_7 = v_cse_7[l];
             const real cse_0 = v_cse_0[l];
             const real cse_1 = v_cse_1[l];
             const real cse_2 = v_cse_2[l];
-            const real cse_59 = v_cse_59[l];
-            const real cse_101 = v_cse_101[l];
-            const real cse_96 = v_cse_96[l];
+            const real cse_68 = v_cse_68[l];
+            const real cse_103 = v_cse_103[l];
+            const real cse_107 = v_cse_107[l];
             const real cse_13 = v_cse_13[l];
             const real cse_14 = v_cse_14[l];
-            const real cse_37 = v_cse_37[l];
-            const real cse_48 = v_cse_48[l];
-            const real cse_54 = v_cse_54[l];
-            const real cse_9 = v_cse_9[l];
-            const real cse_87 = v_cse_87[l];
-            const real cse_40 = v_cse_40[l];
-            const real cse_43 = v_cse_43[l];
-            const real cse_52 = v_cse_52[l];
-            const real cse_55 = v_cse_55[l];
-            const real cse_60 = v_cse_60[l];
-            const real cse_70 = v_cse_70[l];
-            const real cse_72 = v_cse_72[l];
-            const real cse_79 = v_cse_79[l];
+            const real cse_46 = v_cse_46[l];
             const real cse_57 = v_cse_57[l];
-            const real cse_89 = v_cse_89[l];
             const real cse_63 = v_cse_63[l];
+            const real cse_9 = v_cse_9[l];
+            const real cse_95 = v_cse_95[l];
+            const real cse_50 = v_cse_50[l];
+            const real cse_53 = v_cse_53[l];
+            const real cse_61 = v_cse_61[l];
+            const real cse_64 = v_cse_64[l];
+            const real cse_69 = v_cse_69[l];
+            const real cse_79 = v_cse_79[l];
+            const real cse_81 = v_cse_81[l];
+            const real cse_88 = v_cse_88[l];
+            const real cse_66 = v_cse_66[l];
             const real cse_97 = v_cse_97[l];
-            const real cse_102 = v_cse_102[l];
-            const real cse_65 = v_cse_65[l];
-            const real cse_109 = v_cse_109[l];
-            const real cse_142 = v_cse_142[l];
-            const real cse_41 = v_cse_41[l];
+            const real cse_104 = v_cse_104[l];
+            const real cse_72 = v_cse_72[l];
             const real cse_108 = v_cse_108[l];
+            const real cse_74 = v_cse_74[l];
+            const real cse_115 = v_cse_115[l];
+            const real cse_147 = v_cse_147[l];
+            const real cse_51 = v_cse_51[l];
+            const real cse_114 = v_cse_114[l];
             o_j[134 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d38 + d39)) + (p_E * cse_11 * cse_23 * d37)) : MC_NAN;
             o_j[142 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d37 + d39)) + (p_E * cse_11 * cse_23 * d38)) : MC_NAN;
             o_j[150 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d37 + d38)) + (p_E * cse_11 * cse_23 * d39)) : MC_NAN;
@@ -3490,44 +3437,43 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_27 = (cse_6 + (cse_4 * (cse_6 * cse_6)));
             const real cse_28 = (cse_27 * cse_3);
             const real cse_29 = (p_E * cse_26);
-            const real cse_121 = (cse_100 + cse_86 + cse_95);
-            const real cse_122 = (cse_38 * cse_49 * cse_58);
-            const real cse_123 = (-cse_121 * cse_122);
-            const real cse_124 = (cse_11 * cse_11 * cse_11 * cse_11);
-            const real cse_125 = (cse_121 * cse_124);
-            const real cse_126 = (-cse_3 * ((cse_11 * cse_27) - (cse_26 * cse_7)));
-            const real cse_127 = (-cse_126 - (cse_0 * cse_26));
-            const real cse_128 = (-cse_126 - (cse_1 * cse_26));
-            const real cse_129 = (-cse_126 - (cse_2 * cse_26));
-            const real cse_131 = (cse_125 * cse_59);
-            const real cse_134 = (cse_101 + cse_96);
-            const real cse_135 = ((cse_13 * cse_48) + (cse_14 * cse_54) + (cse_37 * cse_9));
-            const real cse_136 = ((cse_127 * cse_37) + (cse_128 * cse_48) + (cse_129 * cse_54));
-            const real cse_137 = (-cse_136 * cse_26);
-            const real cse_139 = (cse_101 + cse_87);
-            const real cse_141 = (cse_87 + cse_96);
-            const real cse_144 = (cse_134 + cse_87);
-            if (V & 8) mc_ls3_B[0 * MC_W + l] = (-cse_43 * ((cse_11 * ((cse_13 * cse_52) + (cse_14 * cse_55) + (cse_40 * cse_9))) + (cse_123 * cse_37)));
-            if (V & 8) mc_ls3_B[1 * MC_W + l] = (-cse_43 * ((p_E * ((cse_127 * cse_40) + (cse_128 * cse_52) + (cse_129 * cse_55))) + (cse_125 * cse_60)));
+            const real cse_127 = (cse_40 * cse_58 * cse_67);
+            const real cse_128 = (-cse_127 * cse_39);
+            const real cse_129 = (cse_11 * cse_11 * cse_11 * cse_11);
+            const real cse_130 = (cse_129 * cse_39);
+            const real cse_131 = (-cse_3 * ((cse_11 * cse_27) - (cse_26 * cse_7)));
+            const real cse_132 = (-cse_131 - (cse_0 * cse_26));
+            const real cse_133 = (-cse_131 - (cse_1 * cse_26));
+            const real cse_134 = (-cse_131 - (cse_2 * cse_26));
+            const real cse_136 = (cse_130 * cse_68);
+            const real cse_139 = (cse_103 + cse_107);
+            const real cse_140 = ((cse_13 * cse_57) + (cse_14 * cse_63) + (cse_46 * cse_9));
+            const real cse_141 = ((cse_132 * cse_46) + (cse_133 * cse_57) + (cse_134 * cse_63));
+            const real cse_142 = (-cse_141 * cse_26);
+            const real cse_144 = (cse_107 + cse_95);
+            const real cse_146 = (cse_103 + cse_95);
+            const real cse_149 = (cse_139 + cse_95);
+            if (V & 8) mc_ls3_B[0 * MC_W + l] = (-cse_53 * ((cse_11 * ((cse_13 * cse_61) + (cse_14 * cse_64) + (cse_50 * cse_9))) + (cse_128 * cse_46)));
+            if (V & 8) mc_ls3_B[1 * MC_W + l] = (-cse_53 * ((p_E * ((cse_132 * cse_50) + (cse_133 * cse_61) + (cse_134 * cse_64))) + (cse_130 * cse_69)));
             if (V & 8) mc_ls3_B[2 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[3 * MC_W + l] = (-cse_43 * ((cse_11 * ((cse_13 * cse_70) + (cse_14 * cse_72) + (cse_52 * cse_9))) + (cse_123 * cse_48)));
-            if (V & 8) mc_ls3_B[4 * MC_W + l] = (-cse_43 * ((p_E * ((cse_127 * cse_52) + (cse_128 * cse_70) + (cse_129 * cse_72))) + (cse_131 * cse_48)));
+            if (V & 8) mc_ls3_B[3 * MC_W + l] = (-cse_53 * ((cse_11 * ((cse_13 * cse_79) + (cse_14 * cse_81) + (cse_61 * cse_9))) + (cse_128 * cse_57)));
+            if (V & 8) mc_ls3_B[4 * MC_W + l] = (-cse_53 * ((p_E * ((cse_132 * cse_61) + (cse_133 * cse_79) + (cse_134 * cse_81))) + (cse_136 * cse_57)));
             if (V & 8) mc_ls3_B[5 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[6 * MC_W + l] = (-cse_43 * ((cse_11 * ((cse_13 * cse_72) + (cse_14 * cse_79) + (cse_55 * cse_9))) + (cse_123 * cse_54)));
-            if (V & 8) mc_ls3_B[7 * MC_W + l] = (-cse_43 * ((p_E * ((cse_127 * cse_55) + (cse_128 * cse_72) + (cse_129 * cse_79))) + (cse_131 * cse_54)));
+            if (V & 8) mc_ls3_B[6 * MC_W + l] = (-cse_53 * ((cse_11 * ((cse_13 * cse_81) + (cse_14 * cse_88) + (cse_64 * cse_9))) + (cse_128 * cse_63)));
+            if (V & 8) mc_ls3_B[7 * MC_W + l] = (-cse_53 * ((p_E * ((cse_132 * cse_64) + (cse_133 * cse_81) + (cse_134 * cse_88))) + (cse_136 * cse_63)));
             if (V & 8) mc_ls3_B[8 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[9 * MC_W + l] = (-cse_57 * ((cse_11 * cse_89) + (cse_122 * (-cse_134 - cse_135))));
-            if (V & 8) mc_ls3_B[10 * MC_W + l] = (-cse_57 * ((cse_59 * (cse_137 + (cse_124 * cse_134))) - (cse_29 * cse_89)));
+            if (V & 8) mc_ls3_B[9 * MC_W + l] = (-cse_66 * ((cse_11 * cse_97) + (cse_127 * (-cse_139 - cse_140))));
+            if (V & 8) mc_ls3_B[10 * MC_W + l] = (-cse_66 * ((cse_68 * (cse_142 + (cse_129 * cse_139))) - (cse_29 * cse_97)));
             if (V & 8) mc_ls3_B[11 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[12 * MC_W + l] = (-cse_63 * ((cse_11 * cse_97) + (cse_122 * (-cse_135 - cse_139))));
-            if (V & 8) mc_ls3_B[13 * MC_W + l] = (-cse_63 * ((cse_59 * (cse_137 + (cse_124 * cse_139))) - (cse_29 * cse_97)));
+            if (V & 8) mc_ls3_B[12 * MC_W + l] = (-cse_72 * ((cse_104 * cse_11) + (cse_127 * (-cse_140 - cse_144))));
+            if (V & 8) mc_ls3_B[13 * MC_W + l] = (-cse_72 * ((cse_68 * (cse_142 + (cse_129 * cse_144))) - (cse_104 * cse_29)));
             if (V & 8) mc_ls3_B[14 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[15 * MC_W + l] = (-cse_65 * ((cse_102 * cse_11) + (cse_122 * (-cse_135 - cse_141))));
-            if (V & 8) mc_ls3_B[16 * MC_W + l] = (-cse_65 * ((cse_59 * (cse_137 + (cse_124 * cse_141))) - (cse_102 * cse_29)));
+            if (V & 8) mc_ls3_B[15 * MC_W + l] = (-cse_74 * ((cse_108 * cse_11) + (cse_127 * (-cse_140 - cse_146))));
+            if (V & 8) mc_ls3_B[16 * MC_W + l] = (-cse_74 * ((cse_68 * (cse_142 + (cse_129 * cse_146))) - (cse_108 * cse_29)));
             if (V & 8) mc_ls3_B[17 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[18 * MC_W + l] = (-(cse_142 * cse_41) - (cse_109 * cse_29 * (cse_135 + cse_144)));
-            if (V & 8) mc_ls3_B[19 * MC_W + l] = (-cse_109 * cse_38 * ((cse_11 * cse_136) - (cse_144 * cse_58)));
-            if (V & 8) mc_ls3_B[20 * MC_W + l] = (((real)0.816496580927726) * cse_108);
+            if (V & 8) mc_ls3_B[18 * MC_W + l] = (-(cse_147 * cse_51) - (cse_115 * cse_29 * (cse_140 + cse_149)));
+            if (V & 8) mc_ls3_B[19 * MC_W + l] = (-cse_115 * cse_40 * ((cse_11 * cse_141) - (cse_149 * cse_67)));
+            if (V & 8) mc_ls3_B[20 * MC_W + l] = (((real)0.816496580927726) * cse_114);
             if (V & 8) v_cse_25[l] = cse_25;
             if (V & 8) v_cse_28[l] = cse_28;
             if (V & 8) v_cse_29[l] = cse_29;

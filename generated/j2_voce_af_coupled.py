@@ -453,53 +453,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0,
         old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4,
         old_state_internal_X_5, old_state_internal_ep, old_state_internal_gamma_rate, X, O)
-    ncse_0 = (-state_internal_Ep_0)
-    ncse_1 = (forces_E_0 + ncse_0)
-    ncse_2 = (1.0 / (1.0 + p_nu))
-    ncse_3 = (p_E * ncse_2)
-    ncse_4 = (ncse_1 * ncse_3)
-    ncse_5 = (0.6666666666666666 * state_internal_X_1)
-    ncse_6 = (-state_internal_Ep_1)
-    ncse_7 = (forces_E_1 + ncse_6)
-    ncse_8 = (0.6666666666666666 * ncse_3)
-    ncse_9 = (ncse_7 * ncse_8)
-    ncse_10 = (ncse_5 - ncse_9)
-    ncse_11 = (0.6666666666666666 * state_internal_X_2)
-    ncse_12 = (-state_internal_Ep_2)
-    ncse_13 = (forces_E_2 + ncse_12)
-    ncse_14 = (ncse_13 * ncse_8)
-    ncse_15 = (ncse_11 - ncse_14)
-    ncse_17 = (-state_internal_X_3)
-    ncse_18 = (-state_internal_Ep_3)
-    ncse_19 = (ncse_17 + (ncse_3 * (forces_E_3 + ncse_18)))
-    ncse_20 = (ncse_19 * ncse_19)
-    ncse_21 = (-state_internal_X_4)
-    ncse_22 = (-state_internal_Ep_4)
-    ncse_23 = (ncse_21 + (ncse_3 * (forces_E_4 + ncse_22)))
-    ncse_24 = (ncse_23 * ncse_23)
-    ncse_25 = (-state_internal_X_5)
-    ncse_26 = (-state_internal_Ep_5)
-    ncse_27 = (ncse_25 + (ncse_3 * (forces_E_5 + ncse_26)))
-    ncse_28 = (ncse_27 * ncse_27)
-    ncse_29 = (0.3333333333333333 * ncse_3)
-    ncse_30 = (ncse_29 * ncse_7)
-    ncse_31 = (-(0.3333333333333333 * state_internal_X_0) + (0.3333333333333333 * ncse_4))
-    ncse_32 = (ncse_13 * ncse_29)
-    ncse_33 = (-(0.6666666666666666 * state_internal_X_0) + (ncse_1 * ncse_8))
-    ncse_233 = (-ncse_10 - ncse_31 - ncse_32 + (0.3333333333333333 * state_internal_X_2))
-    ncse_234 = (-ncse_15 - ncse_30 - ncse_31 + (0.3333333333333333 * state_internal_X_1))
-    ncse_235 = (ncse_33 - ncse_30 - ncse_32 + (0.3333333333333333 * state_internal_X_1) + (0.3333333333333333 * state_internal_X_2))
-    ncse_34 = torch.sqrt(torch.clamp((ncse_20 + ncse_24 + ncse_28 + (ncse_233 * ncse_233) + (ncse_234 * ncse_234) + (ncse_235 * ncse_235)), min=0.0))
-    ncse_35 = _sdiv(1.0, ncse_34)
-    ncse_36 = (forces_t - old_forces_t)
-    ncse_53 = torch.exp((-p_d * state_internal_ep))
-    ncse_54 = (-p_sigma_y + (1.224744871391589 * ncse_34) - (p_R * (1.0 - ncse_53)))
-    ncse_55 = ((p_E * p_E) * (ncse_36 * ncse_36))
-    ncse_56 = torch.sqrt(torch.clamp(((0.6666666666666666 * (ncse_54 * ncse_54)) + (ncse_55 * (state_internal_gamma_rate * state_internal_gamma_rate))), min=0.0))
-    nx_0 = ncse_35
-    nx_1 = ncse_34
-    nx_2 = ncse_53
-    nx_3 = ncse_56
+    nx_0 = torch.exp((-p_d * state_internal_ep))
     cse_0 = (forces_E_0 - state_internal_Ep_0)
     cse_1 = (forces_E_1 - state_internal_Ep_1)
     cse_2 = (forces_E_2 - state_internal_Ep_2)
@@ -531,232 +485,251 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_26 = (cse_13 + cse_6)
         cse_27 = (-cse_26)
         cse_44 = (-cse_6)
-        cse_133 = torch.where(state_internal_gamma_rate == 0.0, 0.0, nx_0)
-        cse_134 = (-0.6666666666666666 * cse_133)
-        cse_135 = (0.6666666666666666 * cse_15)
-        cse_136 = (0.6666666666666666 * cse_16)
-        cse_137 = (-cse_135 - cse_136 - (1.3333333333333333 * state_internal_X_0) + (0.6666666666666666 * state_internal_X_1) + (0.6666666666666666 * state_internal_X_2) + (1.3333333333333333 * cse_7))
-        cse_138 = torch.where(state_internal_gamma_rate == 0.0, 0.0, _sdiv(1.0, (nx_1 * nx_1)))
-        cse_139 = _sdiv(1.0, (2.0 * nx_1))
-        cse_140 = torch.where(state_internal_gamma_rate == 0.0, 0.0, cse_139)
-        cse_141 = (cse_138 * cse_140)
-        cse_142 = (0.5 * cse_141)
-        cse_143 = (cse_134 + (cse_142 * (cse_137 * cse_137)))
-        cse_144 = (-cse_143)
-        cse_145 = (cse_3 * state_internal_gamma_rate)
-        cse_146 = (cse_145 * cse_6)
-        cse_147 = (cse_144 * cse_146)
-        cse_148 = (0.3333333333333333 * cse_133)
-        cse_149 = (-(0.6666666666666666 * state_internal_X_0) + (0.6666666666666666 * cse_7))
-        cse_150 = (-cse_136 - cse_149 - (1.3333333333333333 * state_internal_X_1) + (0.6666666666666666 * state_internal_X_2) + (1.3333333333333333 * p_E * cse_1 * cse_5))
-        cse_151 = (cse_137 * cse_142)
-        cse_152 = (cse_148 + (cse_150 * cse_151))
-        cse_153 = (-cse_152)
-        cse_154 = (cse_146 * cse_153)
-        cse_155 = (-cse_135 - cse_149 - (1.3333333333333333 * state_internal_X_2) + (0.6666666666666666 * state_internal_X_1) + (1.3333333333333333 * p_E * cse_2 * cse_5))
-        cse_156 = (cse_148 + (cse_151 * cse_155))
-        cse_157 = (-cse_156)
-        cse_158 = (cse_146 * cse_157)
-        cse_159 = (state_S_3 - state_internal_X_3)
-        cse_160 = (cse_141 * cse_159)
-        cse_161 = (cse_137 * cse_160)
-        cse_162 = (cse_146 * cse_161)
-        cse_163 = (-cse_162)
-        cse_164 = (state_S_4 - state_internal_X_4)
-        cse_165 = (cse_141 * cse_164)
-        cse_166 = (cse_137 * cse_165)
-        cse_167 = (cse_146 * cse_166)
+        cse_133 = (state_S_3 - state_internal_X_3)
+        cse_134 = (cse_133 * cse_133)
+        cse_135 = (state_S_4 - state_internal_X_4)
+        cse_136 = (cse_135 * cse_135)
+        cse_137 = (state_S_5 - state_internal_X_5)
+        cse_138 = (cse_137 * cse_137)
+        cse_139 = (0.3333333333333333 * cse_15)
+        cse_140 = (-(0.3333333333333333 * state_internal_X_0) + (0.3333333333333333 * cse_7))
+        cse_141 = (0.6666666666666666 * state_internal_X_2)
+        cse_142 = (0.6666666666666666 * cse_16)
+        cse_143 = (cse_141 - cse_142)
+        cse_144 = (0.3333333333333333 * cse_16)
+        cse_145 = (0.6666666666666666 * state_internal_X_1)
+        cse_146 = (0.6666666666666666 * cse_15)
+        cse_147 = (cse_145 - cse_146)
+        cse_148 = (-(0.6666666666666666 * state_internal_X_0) + (0.6666666666666666 * cse_7))
+        cse_383 = (-cse_139 - cse_140 - cse_143 + (0.3333333333333333 * state_internal_X_1))
+        cse_384 = (-cse_140 - cse_144 - cse_147 + (0.3333333333333333 * state_internal_X_2))
+        cse_385 = (cse_148 - cse_139 - cse_144 + (0.3333333333333333 * state_internal_X_1) + (0.3333333333333333 * state_internal_X_2))
+        cse_149 = torch.sqrt(torch.clamp((cse_134 + cse_136 + cse_138 + (cse_383 * cse_383) + (cse_384 * cse_384) + (cse_385 * cse_385)), min=0.0))
+        cse_150 = _sdiv(1.0, cse_149)
+        cse_151 = torch.where(state_internal_gamma_rate == 0.0, 0.0, cse_150)
+        cse_152 = (-0.6666666666666666 * cse_151)
+        cse_153 = (cse_143 + cse_147 - (1.3333333333333333 * state_internal_X_0) + (1.3333333333333333 * cse_7))
+        cse_154 = torch.where(state_internal_gamma_rate == 0.0, 0.0, _sdiv(1.0, (cse_149 * cse_149)))
+        cse_155 = _sdiv(1.0, (2.0 * cse_149))
+        cse_156 = torch.where(state_internal_gamma_rate == 0.0, 0.0, cse_155)
+        cse_157 = (cse_154 * cse_156)
+        cse_158 = (0.5 * cse_157)
+        cse_159 = (cse_152 + (cse_158 * (cse_153 * cse_153)))
+        cse_160 = (-cse_159)
+        cse_161 = (cse_3 * state_internal_gamma_rate)
+        cse_162 = (cse_161 * cse_6)
+        cse_163 = (cse_160 * cse_162)
+        cse_164 = (0.3333333333333333 * cse_151)
+        cse_165 = (cse_141 - cse_142 - cse_148 - (1.3333333333333333 * state_internal_X_1) + (1.3333333333333333 * p_E * cse_1 * cse_5))
+        cse_166 = (cse_153 * cse_158)
+        cse_167 = (cse_164 + (cse_165 * cse_166))
         cse_168 = (-cse_167)
-        cse_169 = (state_S_5 - state_internal_X_5)
-        cse_170 = (cse_141 * cse_169)
-        cse_171 = (cse_137 * cse_170)
-        cse_172 = (cse_146 * cse_171)
-        cse_173 = (-cse_172)
-        cse_174 = (cse_145 * cse_152)
-        cse_175 = (-cse_174)
-        cse_176 = (cse_145 * cse_156)
+        cse_169 = (cse_162 * cse_168)
+        cse_170 = (cse_145 - cse_146 - cse_148 - (1.3333333333333333 * state_internal_X_2) + (1.3333333333333333 * p_E * cse_2 * cse_5))
+        cse_171 = (cse_164 + (cse_166 * cse_170))
+        cse_172 = (-cse_171)
+        cse_173 = (cse_162 * cse_172)
+        cse_174 = (cse_133 * cse_157)
+        cse_175 = (cse_153 * cse_174)
+        cse_176 = (cse_162 * cse_175)
         cse_177 = (-cse_176)
-        cse_178 = (cse_145 * cse_161)
-        cse_179 = (-cse_178)
-        cse_180 = (cse_145 * cse_166)
+        cse_178 = (cse_135 * cse_157)
+        cse_179 = (cse_153 * cse_178)
+        cse_180 = (cse_162 * cse_179)
         cse_181 = (-cse_180)
-        cse_182 = (cse_145 * cse_171)
-        cse_183 = (-cse_182)
-        cse_184 = (cse_3 * nx_0)
-        cse_185 = (0.5 * cse_184)
-        cse_186 = (cse_134 + (cse_142 * (cse_150 * cse_150)))
+        cse_182 = (cse_137 * cse_157)
+        cse_183 = (cse_153 * cse_182)
+        cse_184 = (cse_162 * cse_183)
+        cse_185 = (-cse_184)
+        cse_186 = (cse_161 * cse_167)
         cse_187 = (-cse_186)
-        cse_188 = (cse_146 * cse_187)
-        cse_189 = (cse_148 + (cse_142 * cse_150 * cse_155))
-        cse_190 = (-cse_189)
-        cse_191 = (cse_146 * cse_190)
-        cse_192 = (cse_150 * cse_160)
-        cse_193 = (cse_146 * cse_192)
-        cse_194 = (-cse_193)
-        cse_195 = (cse_150 * cse_165)
-        cse_196 = (cse_146 * cse_195)
-        cse_197 = (-cse_196)
-        cse_198 = (cse_150 * cse_170)
-        cse_199 = (cse_146 * cse_198)
-        cse_200 = (-cse_199)
-        cse_201 = (cse_145 * cse_189)
+        cse_188 = (cse_161 * cse_171)
+        cse_189 = (-cse_188)
+        cse_190 = (cse_161 * cse_175)
+        cse_191 = (-cse_190)
+        cse_192 = (cse_161 * cse_179)
+        cse_193 = (-cse_192)
+        cse_194 = (cse_161 * cse_183)
+        cse_195 = (-cse_194)
+        cse_196 = (cse_150 * cse_3)
+        cse_197 = (0.5 * cse_196)
+        cse_198 = (cse_152 + (cse_158 * (cse_165 * cse_165)))
+        cse_199 = (-cse_198)
+        cse_200 = (cse_162 * cse_199)
+        cse_201 = (cse_164 + (cse_158 * cse_165 * cse_170))
         cse_202 = (-cse_201)
-        cse_203 = (cse_145 * cse_192)
-        cse_204 = (-cse_203)
-        cse_205 = (cse_145 * cse_195)
+        cse_203 = (cse_162 * cse_202)
+        cse_204 = (cse_165 * cse_174)
+        cse_205 = (cse_162 * cse_204)
         cse_206 = (-cse_205)
-        cse_207 = (cse_145 * cse_198)
-        cse_208 = (-cse_207)
-        cse_209 = (cse_134 + (cse_142 * (cse_155 * cse_155)))
-        cse_210 = (-cse_209)
-        cse_211 = (cse_146 * cse_210)
-        cse_212 = (cse_155 * cse_160)
-        cse_213 = (cse_146 * cse_212)
+        cse_207 = (cse_165 * cse_178)
+        cse_208 = (cse_162 * cse_207)
+        cse_209 = (-cse_208)
+        cse_210 = (cse_165 * cse_182)
+        cse_211 = (cse_162 * cse_210)
+        cse_212 = (-cse_211)
+        cse_213 = (cse_161 * cse_201)
         cse_214 = (-cse_213)
-        cse_215 = (cse_155 * cse_165)
-        cse_216 = (cse_146 * cse_215)
-        cse_217 = (-cse_216)
-        cse_218 = (cse_155 * cse_170)
-        cse_219 = (cse_146 * cse_218)
+        cse_215 = (cse_161 * cse_204)
+        cse_216 = (-cse_215)
+        cse_217 = (cse_161 * cse_207)
+        cse_218 = (-cse_217)
+        cse_219 = (cse_161 * cse_210)
         cse_220 = (-cse_219)
-        cse_221 = (cse_145 * cse_212)
+        cse_221 = (cse_152 + (cse_158 * (cse_170 * cse_170)))
         cse_222 = (-cse_221)
-        cse_223 = (cse_145 * cse_215)
-        cse_224 = (-cse_223)
-        cse_225 = (cse_145 * cse_218)
+        cse_223 = (cse_162 * cse_222)
+        cse_224 = (cse_170 * cse_174)
+        cse_225 = (cse_162 * cse_224)
         cse_226 = (-cse_225)
-        cse_227 = (-cse_133)
-        cse_228 = (2.0 * cse_141)
-        cse_229 = (cse_227 + (cse_228 * (cse_159 * cse_159)))
-        cse_230 = (-cse_229)
-        cse_231 = (cse_146 * cse_230)
-        cse_232 = (cse_164 * cse_228)
-        cse_233 = (cse_146 * cse_232)
-        cse_234 = (-cse_159 * cse_233)
-        cse_235 = (cse_159 * cse_228)
-        cse_236 = (cse_146 * cse_169)
-        cse_237 = (-cse_235 * cse_236)
-        cse_238 = (cse_145 * cse_159)
-        cse_239 = (cse_228 * cse_238)
-        cse_240 = (-cse_164 * cse_239)
-        cse_241 = (-cse_169 * cse_239)
-        cse_242 = (cse_227 + (cse_228 * (cse_164 * cse_164)))
-        cse_243 = (-cse_242)
-        cse_244 = (cse_146 * cse_243)
-        cse_245 = (-cse_169 * cse_233)
-        cse_246 = (cse_145 * cse_169)
-        cse_247 = (-cse_232 * cse_246)
-        cse_248 = (cse_227 + (cse_228 * (cse_169 * cse_169)))
-        cse_249 = (-cse_248)
-        cse_250 = (cse_146 * cse_249)
-        cse_253 = (0.6666666666666666 * p_C)
-        cse_254 = (cse_147 * cse_253)
-        cse_255 = (cse_154 * cse_253)
-        cse_256 = (cse_158 * cse_253)
-        cse_257 = (-cse_162 * cse_253)
-        cse_258 = (-cse_167 * cse_253)
-        cse_259 = (-cse_172 * cse_253)
-        cse_260 = (-p_g * state_internal_gamma_rate)
-        cse_261 = (cse_253 * state_internal_gamma_rate)
-        cse_262 = (-cse_174 * cse_253)
-        cse_263 = (-cse_176 * cse_253)
-        cse_264 = (-cse_178 * cse_253)
-        cse_265 = (-cse_180 * cse_253)
-        cse_266 = (-cse_182 * cse_253)
-        cse_267 = (0.3333333333333333 * nx_0)
-        cse_268 = (p_C * cse_267)
-        cse_269 = ((cse_137 * cse_268) - (p_g * state_internal_X_0))
-        cse_270 = (cse_188 * cse_253)
-        cse_271 = (cse_191 * cse_253)
-        cse_272 = (-cse_193 * cse_253)
-        cse_273 = (-cse_196 * cse_253)
-        cse_274 = (-cse_199 * cse_253)
-        cse_275 = (-cse_201 * cse_253)
-        cse_276 = (-cse_203 * cse_253)
-        cse_277 = (-cse_205 * cse_253)
-        cse_278 = (-cse_207 * cse_253)
-        cse_279 = ((cse_150 * cse_268) - (p_g * state_internal_X_1))
-        cse_280 = (cse_211 * cse_253)
-        cse_281 = (-cse_213 * cse_253)
-        cse_282 = (-cse_216 * cse_253)
-        cse_283 = (-cse_219 * cse_253)
-        cse_284 = (-cse_221 * cse_253)
-        cse_285 = (-cse_223 * cse_253)
-        cse_286 = (-cse_225 * cse_253)
-        cse_287 = ((cse_155 * cse_268) - (p_g * state_internal_X_2))
-        cse_288 = (cse_231 * cse_253)
-        cse_289 = (1.3333333333333333 * p_C)
-        cse_290 = (cse_160 * cse_289)
-        cse_291 = (cse_164 * cse_290)
-        cse_292 = (-cse_146 * cse_291)
-        cse_293 = (-cse_236 * cse_290)
-        cse_294 = (-cse_145 * cse_291)
-        cse_295 = (-cse_246 * cse_290)
-        cse_296 = (cse_253 * nx_0)
-        cse_297 = ((cse_159 * cse_296) - (p_g * state_internal_X_3))
-        cse_298 = (cse_244 * cse_253)
-        cse_299 = (cse_165 * cse_289)
-        cse_300 = (-cse_236 * cse_299)
-        cse_301 = (-cse_246 * cse_299)
-        cse_302 = ((cse_164 * cse_296) - (p_g * state_internal_X_4))
-        cse_303 = (cse_250 * cse_253)
-        cse_304 = ((cse_169 * cse_296) - (p_g * state_internal_X_5))
-        cse_305 = _sdiv(1.0, (2.0 * nx_3))
-        cse_306 = (1.0 - nx_2)
-        cse_307 = (-1.0 - (1.632993161855452 * cse_305 * (-p_sigma_y + (1.224744871391589 * nx_1) - (p_R * cse_306))))
-        cse_308 = (cse_139 * cse_307)
-        cse_309 = (cse_137 * cse_308)
-        cse_310 = (-cse_309 * cse_6)
-        cse_311 = (cse_150 * cse_308)
-        cse_312 = (-cse_311 * cse_6)
-        cse_313 = (cse_155 * cse_308)
-        cse_314 = (-cse_313 * cse_6)
-        cse_315 = (2.0 * cse_308)
-        cse_316 = (cse_159 * cse_315)
-        cse_317 = (-cse_316 * cse_6)
-        cse_318 = (cse_164 * cse_315)
-        cse_319 = (-cse_318 * cse_6)
-        cse_320 = (cse_169 * cse_315)
-        cse_321 = (-cse_320 * cse_6)
-        cse_322 = (0.816496580927726 * cse_307)
-        cse_323 = (p_R * cse_322 * nx_2)
-        cse_324 = (cse_3 * cse_3)
-        cse_325 = (2.0 * cse_305 * (p_E * p_E))
+        cse_227 = (cse_170 * cse_178)
+        cse_228 = (cse_162 * cse_227)
+        cse_229 = (-cse_228)
+        cse_230 = (cse_170 * cse_182)
+        cse_231 = (cse_162 * cse_230)
+        cse_232 = (-cse_231)
+        cse_233 = (cse_161 * cse_224)
+        cse_234 = (-cse_233)
+        cse_235 = (cse_161 * cse_227)
+        cse_236 = (-cse_235)
+        cse_237 = (cse_161 * cse_230)
+        cse_238 = (-cse_237)
+        cse_239 = (-cse_151)
+        cse_240 = (2.0 * cse_157)
+        cse_241 = (cse_239 + (cse_134 * cse_240))
+        cse_242 = (-cse_241)
+        cse_243 = (cse_162 * cse_242)
+        cse_244 = (cse_135 * cse_240)
+        cse_245 = (cse_162 * cse_244)
+        cse_246 = (-cse_133 * cse_245)
+        cse_247 = (cse_133 * cse_240)
+        cse_248 = (cse_137 * cse_162)
+        cse_249 = (-cse_247 * cse_248)
+        cse_250 = (cse_133 * cse_161)
+        cse_251 = (cse_240 * cse_250)
+        cse_252 = (-cse_135 * cse_251)
+        cse_253 = (-cse_137 * cse_251)
+        cse_254 = (cse_239 + (cse_136 * cse_240))
+        cse_255 = (-cse_254)
+        cse_256 = (cse_162 * cse_255)
+        cse_257 = (-cse_137 * cse_245)
+        cse_258 = (cse_137 * cse_161)
+        cse_259 = (-cse_244 * cse_258)
+        cse_260 = (cse_239 + (cse_138 * cse_240))
+        cse_261 = (-cse_260)
+        cse_262 = (cse_162 * cse_261)
+        cse_265 = (0.6666666666666666 * p_C)
+        cse_266 = (cse_163 * cse_265)
+        cse_267 = (cse_169 * cse_265)
+        cse_268 = (cse_173 * cse_265)
+        cse_269 = (-cse_176 * cse_265)
+        cse_270 = (-cse_180 * cse_265)
+        cse_271 = (-cse_184 * cse_265)
+        cse_272 = (-p_g * state_internal_gamma_rate)
+        cse_273 = (cse_265 * state_internal_gamma_rate)
+        cse_274 = (-cse_186 * cse_265)
+        cse_275 = (-cse_188 * cse_265)
+        cse_276 = (-cse_190 * cse_265)
+        cse_277 = (-cse_192 * cse_265)
+        cse_278 = (-cse_194 * cse_265)
+        cse_279 = (0.3333333333333333 * cse_150)
+        cse_280 = (p_C * cse_279)
+        cse_281 = ((cse_153 * cse_280) - (p_g * state_internal_X_0))
+        cse_282 = (cse_200 * cse_265)
+        cse_283 = (cse_203 * cse_265)
+        cse_284 = (-cse_205 * cse_265)
+        cse_285 = (-cse_208 * cse_265)
+        cse_286 = (-cse_211 * cse_265)
+        cse_287 = (-cse_213 * cse_265)
+        cse_288 = (-cse_215 * cse_265)
+        cse_289 = (-cse_217 * cse_265)
+        cse_290 = (-cse_219 * cse_265)
+        cse_291 = ((cse_165 * cse_280) - (p_g * state_internal_X_1))
+        cse_292 = (cse_223 * cse_265)
+        cse_293 = (-cse_225 * cse_265)
+        cse_294 = (-cse_228 * cse_265)
+        cse_295 = (-cse_231 * cse_265)
+        cse_296 = (-cse_233 * cse_265)
+        cse_297 = (-cse_235 * cse_265)
+        cse_298 = (-cse_237 * cse_265)
+        cse_299 = ((cse_170 * cse_280) - (p_g * state_internal_X_2))
+        cse_300 = (cse_243 * cse_265)
+        cse_301 = (1.3333333333333333 * p_C)
+        cse_302 = (cse_174 * cse_301)
+        cse_303 = (cse_135 * cse_302)
+        cse_304 = (-cse_162 * cse_303)
+        cse_305 = (-cse_248 * cse_302)
+        cse_306 = (-cse_161 * cse_303)
+        cse_307 = (-cse_258 * cse_302)
+        cse_308 = (cse_150 * cse_265)
+        cse_309 = ((cse_133 * cse_308) - (p_g * state_internal_X_3))
+        cse_310 = (cse_256 * cse_265)
+        cse_311 = (cse_178 * cse_301)
+        cse_312 = (-cse_248 * cse_311)
+        cse_313 = (-cse_258 * cse_311)
+        cse_314 = ((cse_135 * cse_308) - (p_g * state_internal_X_4))
+        cse_315 = (cse_262 * cse_265)
+        cse_316 = ((cse_137 * cse_308) - (p_g * state_internal_X_5))
+        cse_317 = (1.0 - nx_0)
+        cse_318 = (-p_sigma_y + (1.224744871391589 * cse_149) - (p_R * cse_317))
+        cse_319 = (state_internal_gamma_rate * state_internal_gamma_rate)
+        cse_320 = (p_E * p_E)
+        cse_321 = (cse_3 * cse_3)
+        cse_322 = (cse_320 * cse_321)
+        cse_323 = _sdiv(1.0, (2.0 * torch.sqrt(torch.clamp(((0.6666666666666666 * (cse_318 * cse_318)) + (cse_319 * cse_322)), min=0.0))))
+        cse_324 = (-1.0 - (1.632993161855452 * cse_318 * cse_323))
+        cse_325 = (cse_155 * cse_324)
+        cse_326 = (cse_153 * cse_325)
+        cse_327 = (-cse_326 * cse_6)
+        cse_328 = (cse_165 * cse_325)
+        cse_329 = (-cse_328 * cse_6)
+        cse_330 = (cse_170 * cse_325)
+        cse_331 = (-cse_330 * cse_6)
+        cse_332 = (2.0 * cse_325)
+        cse_333 = (cse_133 * cse_332)
+        cse_334 = (-cse_333 * cse_6)
+        cse_335 = (cse_135 * cse_332)
+        cse_336 = (-cse_335 * cse_6)
+        cse_337 = (cse_137 * cse_332)
+        cse_338 = (-cse_337 * cse_6)
+        cse_339 = (0.816496580927726 * cse_324)
+        cse_340 = (p_R * cse_339 * nx_0)
+        cse_341 = (2.0 * cse_323)
         # elimination lu1: 14x14, shared by the linear solves below, unrolled over structural nonzeros
         lu1_A = _matrix([
-            [(1.0 + cse_147), cse_154, cse_158, cse_163, cse_168, cse_173, 0.0, (-cse_143 * cse_145), cse_175, cse_177, cse_179, cse_181, cse_183, (-cse_137 * cse_185)],
-            [cse_154, (1.0 + cse_188), cse_191, cse_194, cse_197, cse_200, 0.0, cse_175, (-cse_145 * cse_186), cse_202, cse_204, cse_206, cse_208, (-cse_150 * cse_185)],
-            [cse_158, cse_191, (1.0 + cse_211), cse_214, cse_217, cse_220, 0.0, cse_177, cse_202, (-cse_145 * cse_209), cse_222, cse_224, cse_226, (-cse_155 * cse_185)],
-            [cse_163, cse_194, cse_214, (1.0 + cse_231), cse_234, cse_237, 0.0, cse_179, cse_204, cse_222, (-cse_145 * cse_229), cse_240, cse_241, (-cse_159 * cse_184)],
-            [cse_168, cse_197, cse_217, cse_234, (1.0 + cse_244), cse_245, 0.0, cse_181, cse_206, cse_224, cse_240, (-cse_145 * cse_242), cse_247, (-cse_164 * cse_184)],
-            [cse_173, cse_200, cse_220, cse_237, cse_245, (1.0 + cse_250), 0.0, cse_183, cse_208, cse_226, cse_241, cse_247, (-cse_145 * cse_248), (-cse_169 * cse_184)],
+            [(1.0 + cse_163), cse_169, cse_173, cse_177, cse_181, cse_185, 0.0, (-cse_159 * cse_161), cse_187, cse_189, cse_191, cse_193, cse_195, (-cse_153 * cse_197)],
+            [cse_169, (1.0 + cse_200), cse_203, cse_206, cse_209, cse_212, 0.0, cse_187, (-cse_161 * cse_198), cse_214, cse_216, cse_218, cse_220, (-cse_165 * cse_197)],
+            [cse_173, cse_203, (1.0 + cse_223), cse_226, cse_229, cse_232, 0.0, cse_189, cse_214, (-cse_161 * cse_221), cse_234, cse_236, cse_238, (-cse_170 * cse_197)],
+            [cse_177, cse_206, cse_226, (1.0 + cse_243), cse_246, cse_249, 0.0, cse_191, cse_216, cse_234, (-cse_161 * cse_241), cse_252, cse_253, (-cse_133 * cse_196)],
+            [cse_181, cse_209, cse_229, cse_246, (1.0 + cse_256), cse_257, 0.0, cse_193, cse_218, cse_236, cse_252, (-cse_161 * cse_254), cse_259, (-cse_135 * cse_196)],
+            [cse_185, cse_212, cse_232, cse_249, cse_257, (1.0 + cse_262), 0.0, cse_195, cse_220, cse_238, cse_253, cse_259, (-cse_161 * cse_260), (-cse_137 * cse_196)],
             [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (-0.816496580927726 * cse_3)],
-            [cse_254, cse_255, cse_256, cse_257, cse_258, cse_259, 0.0, (1.0 - (cse_3 * (cse_260 + (cse_143 * cse_261)))), cse_262, cse_263, cse_264, cse_265, cse_266, (-cse_269 * cse_3)],
-            [cse_255, cse_270, cse_271, cse_272, cse_273, cse_274, 0.0, cse_262, (1.0 - (cse_3 * (cse_260 + (cse_186 * cse_261)))), cse_275, cse_276, cse_277, cse_278, (-cse_279 * cse_3)],
-            [cse_256, cse_271, cse_280, cse_281, cse_282, cse_283, 0.0, cse_263, cse_275, (1.0 - (cse_3 * (cse_260 + (cse_209 * cse_261)))), cse_284, cse_285, cse_286, (-cse_287 * cse_3)],
-            [cse_257, cse_272, cse_281, cse_288, cse_292, cse_293, 0.0, cse_264, cse_276, cse_284, (1.0 - (cse_3 * (cse_260 + (cse_229 * cse_261)))), cse_294, cse_295, (-cse_297 * cse_3)],
-            [cse_258, cse_273, cse_282, cse_292, cse_298, cse_300, 0.0, cse_265, cse_277, cse_285, cse_294, (1.0 - (cse_3 * (cse_260 + (cse_242 * cse_261)))), cse_301, (-cse_3 * cse_302)],
-            [cse_259, cse_274, cse_283, cse_293, cse_300, cse_303, 0.0, cse_266, cse_278, cse_286, cse_295, cse_301, (1.0 - (cse_3 * (cse_260 + (cse_248 * cse_261)))), (-cse_3 * cse_304)],
-            [cse_310, cse_312, cse_314, cse_317, cse_319, cse_321, (-p_d * cse_323), (-cse_309), (-cse_311), (-cse_313), (-cse_316), (-cse_318), (-cse_320), ((p_E * cse_3) - (cse_324 * cse_325 * state_internal_gamma_rate))],
+            [cse_266, cse_267, cse_268, cse_269, cse_270, cse_271, 0.0, (1.0 - (cse_3 * (cse_272 + (cse_159 * cse_273)))), cse_274, cse_275, cse_276, cse_277, cse_278, (-cse_281 * cse_3)],
+            [cse_267, cse_282, cse_283, cse_284, cse_285, cse_286, 0.0, cse_274, (1.0 - (cse_3 * (cse_272 + (cse_198 * cse_273)))), cse_287, cse_288, cse_289, cse_290, (-cse_291 * cse_3)],
+            [cse_268, cse_283, cse_292, cse_293, cse_294, cse_295, 0.0, cse_275, cse_287, (1.0 - (cse_3 * (cse_272 + (cse_221 * cse_273)))), cse_296, cse_297, cse_298, (-cse_299 * cse_3)],
+            [cse_269, cse_284, cse_293, cse_300, cse_304, cse_305, 0.0, cse_276, cse_288, cse_296, (1.0 - (cse_3 * (cse_272 + (cse_241 * cse_273)))), cse_306, cse_307, (-cse_3 * cse_309)],
+            [cse_270, cse_285, cse_294, cse_304, cse_310, cse_312, 0.0, cse_277, cse_289, cse_297, cse_306, (1.0 - (cse_3 * (cse_272 + (cse_254 * cse_273)))), cse_313, (-cse_3 * cse_314)],
+            [cse_271, cse_286, cse_295, cse_305, cse_312, cse_315, 0.0, cse_278, cse_290, cse_298, cse_307, cse_313, (1.0 - (cse_3 * (cse_272 + (cse_260 * cse_273)))), (-cse_3 * cse_316)],
+            [cse_327, cse_329, cse_331, cse_334, cse_336, cse_338, (-p_d * cse_340), (-cse_326), (-cse_328), (-cse_330), (-cse_333), (-cse_335), (-cse_337), ((p_E * cse_3) - (cse_322 * cse_341 * state_internal_gamma_rate))],
         ], X)
         lu1_s = _rowscale(lu1_A)
         lu1_LU, lu1_piv = torch.linalg.lu_factor_ex(lu1_A * lu1_s, check_errors=False)[:2]
         # linear solve 1: 14x14, 6 right-hand side(s) through elimination lu1
         ls1_B = _matrix([
-            [cse_147, cse_154, cse_158, cse_163, cse_168, cse_173],
-            [cse_154, cse_188, cse_191, cse_194, cse_197, cse_200],
-            [cse_158, cse_191, cse_211, cse_214, cse_217, cse_220],
-            [cse_163, cse_194, cse_214, cse_231, cse_234, cse_237],
-            [cse_168, cse_197, cse_217, cse_234, cse_244, cse_245],
-            [cse_173, cse_200, cse_220, cse_237, cse_245, cse_250],
+            [cse_163, cse_169, cse_173, cse_177, cse_181, cse_185],
+            [cse_169, cse_200, cse_203, cse_206, cse_209, cse_212],
+            [cse_173, cse_203, cse_223, cse_226, cse_229, cse_232],
+            [cse_177, cse_206, cse_226, cse_243, cse_246, cse_249],
+            [cse_181, cse_209, cse_229, cse_246, cse_256, cse_257],
+            [cse_185, cse_212, cse_232, cse_249, cse_257, cse_262],
             [0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_254, cse_255, cse_256, cse_257, cse_258, cse_259],
-            [cse_255, cse_270, cse_271, cse_272, cse_273, cse_274],
-            [cse_256, cse_271, cse_280, cse_281, cse_282, cse_283],
-            [cse_257, cse_272, cse_281, cse_288, cse_292, cse_293],
-            [cse_258, cse_273, cse_282, cse_292, cse_298, cse_300],
-            [cse_259, cse_274, cse_283, cse_293, cse_300, cse_303],
-            [cse_310, cse_312, cse_314, cse_317, cse_319, cse_321],
+            [cse_266, cse_267, cse_268, cse_269, cse_270, cse_271],
+            [cse_267, cse_282, cse_283, cse_284, cse_285, cse_286],
+            [cse_268, cse_283, cse_292, cse_293, cse_294, cse_295],
+            [cse_269, cse_284, cse_293, cse_300, cse_304, cse_305],
+            [cse_270, cse_285, cse_294, cse_304, cse_310, cse_312],
+            [cse_271, cse_286, cse_295, cse_305, cse_312, cse_315],
+            [cse_327, cse_329, cse_331, cse_334, cse_336, cse_338],
         ], X)
         ls1_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls1_B * lu1_s)
         d1 = ls1_X[:, 0, 0]
@@ -898,39 +871,38 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d119 = (cse_44 * d35)
         d120 = (cse_6 + (cse_44 * d36))
     if V & 12:  # jacobian, total
-        cse_326 = (nx_0 * state_internal_gamma_rate)
-        cse_327 = (0.5 * cse_326)
-        cse_328 = (cse_137 * cse_327)
-        cse_335 = (cse_150 * cse_327)
-        cse_338 = (cse_155 * cse_327)
-        cse_341 = (cse_159 * cse_326)
-        cse_346 = (cse_164 * cse_326)
-        cse_350 = (cse_169 * cse_326)
-        cse_353 = (0.816496580927726 * state_internal_gamma_rate)
-        cse_354 = (cse_269 * state_internal_gamma_rate)
-        cse_356 = (cse_279 * state_internal_gamma_rate)
-        cse_357 = (cse_287 * state_internal_gamma_rate)
-        cse_358 = (cse_297 * state_internal_gamma_rate)
-        cse_360 = (cse_302 * state_internal_gamma_rate)
-        cse_362 = (cse_304 * state_internal_gamma_rate)
-        cse_363 = (state_internal_gamma_rate * state_internal_gamma_rate)
-        cse_364 = (-(p_E * state_internal_gamma_rate) + (cse_3 * cse_325 * cse_363))
+        cse_342 = (cse_150 * state_internal_gamma_rate)
+        cse_343 = (0.5 * cse_342)
+        cse_344 = (cse_153 * cse_343)
+        cse_351 = (cse_165 * cse_343)
+        cse_354 = (cse_170 * cse_343)
+        cse_357 = (cse_133 * cse_342)
+        cse_362 = (cse_135 * cse_342)
+        cse_366 = (cse_137 * cse_342)
+        cse_369 = (0.816496580927726 * state_internal_gamma_rate)
+        cse_370 = (cse_281 * state_internal_gamma_rate)
+        cse_372 = (cse_291 * state_internal_gamma_rate)
+        cse_373 = (cse_299 * state_internal_gamma_rate)
+        cse_374 = (cse_309 * state_internal_gamma_rate)
+        cse_376 = (cse_314 * state_internal_gamma_rate)
+        cse_378 = (cse_316 * state_internal_gamma_rate)
+        cse_379 = (-(p_E * state_internal_gamma_rate) + (cse_3 * cse_319 * cse_320 * cse_341))
         # linear solve 2: 14x14, 15 right-hand side(s) through elimination lu1
         ls2_B = _matrix([
-            [cse_328, (-cse_328), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_335, (-cse_335), 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_338, (-cse_338), 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_341, (-cse_341), 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_346, (-cse_346), 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_350, (-cse_350), 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_353, (-cse_353), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_354, (-cse_354), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_356, (-cse_356), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_357, (-cse_357), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],
-            [cse_358, (-cse_358), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0],
-            [cse_360, (-cse_360), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
-            [cse_362, (-cse_362), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
-            [cse_364, (-cse_364), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_344, (-cse_344), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_351, (-cse_351), 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_354, (-cse_354), 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_357, (-cse_357), 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_362, (-cse_362), 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_366, (-cse_366), 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_369, (-cse_369), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_370, (-cse_370), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_372, (-cse_372), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_373, (-cse_373), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],
+            [cse_374, (-cse_374), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0],
+            [cse_376, (-cse_376), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
+            [cse_378, (-cse_378), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
+            [cse_379, (-cse_379), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
         ], X)
         ls2_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls2_B * lu1_s)
         d121 = ls2_X[:, 0, 0]
@@ -1301,47 +1273,47 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_115 = (cse_103 * cse_17)
         cse_116 = (cse_103 * cse_19)
         cse_117 = (cse_103 * cse_21)
-        cse_329 = (cse_145 * ((cse_144 * cse_94) + (cse_153 * cse_96) + (cse_157 * cse_97) - (cse_100 * cse_171) - (cse_161 * cse_98) - (cse_166 * cse_99)))
-        cse_330 = (cse_107 - (p_E * cse_11 * cse_5 * cse_8) - (2.0 * p_E * p_nu * cse_109 * cse_5 * cse_8))
-        cse_331 = (-cse_104 - cse_330)
-        cse_332 = (-cse_114 - cse_330)
-        cse_333 = (-cse_113 - cse_330)
-        cse_334 = (cse_145 * ((cse_115 * cse_161) + (cse_116 * cse_166) + (cse_117 * cse_171) + (cse_144 * cse_331) + (cse_153 * cse_333) + (cse_157 * cse_332)))
-        cse_336 = (cse_145 * ((cse_153 * cse_94) + (cse_187 * cse_96) + (cse_190 * cse_97) - (cse_100 * cse_198) - (cse_192 * cse_98) - (cse_195 * cse_99)))
-        cse_337 = (cse_145 * ((cse_115 * cse_192) + (cse_116 * cse_195) + (cse_117 * cse_198) + (cse_153 * cse_331) + (cse_187 * cse_333) + (cse_190 * cse_332)))
-        cse_339 = (cse_145 * ((cse_157 * cse_94) + (cse_190 * cse_96) + (cse_210 * cse_97) - (cse_100 * cse_218) - (cse_212 * cse_98) - (cse_215 * cse_99)))
-        cse_340 = (cse_145 * ((cse_115 * cse_212) + (cse_116 * cse_215) + (cse_117 * cse_218) + (cse_157 * cse_331) + (cse_190 * cse_333) + (cse_210 * cse_332)))
-        cse_342 = (cse_232 * cse_99)
-        cse_343 = (cse_100 * cse_169)
-        cse_344 = (cse_145 * (-(cse_159 * cse_342) - (cse_161 * cse_94) - (cse_192 * cse_96) - (cse_212 * cse_97) - (cse_235 * cse_343) + (cse_17 * cse_230 * cse_5)))
-        cse_345 = (cse_145 * (-(cse_115 * cse_230) - (cse_161 * cse_331) - (cse_192 * cse_333) - (cse_212 * cse_332) + (2.0 * p_E * cse_102 * cse_138 * cse_140 * cse_159 * cse_164 * cse_19) + (2.0 * p_E * cse_102 * cse_138 * cse_140 * cse_159 * cse_169 * cse_21)))
-        cse_347 = (cse_159 * cse_98)
-        cse_348 = (cse_145 * (-(cse_166 * cse_94) - (cse_195 * cse_96) - (cse_215 * cse_97) - (cse_232 * cse_343) - (cse_232 * cse_347) + (cse_19 * cse_243 * cse_5)))
-        cse_349 = (cse_145 * (-(cse_116 * cse_243) - (cse_166 * cse_331) - (cse_195 * cse_333) - (cse_215 * cse_332) + (2.0 * p_E * cse_102 * cse_138 * cse_140 * cse_159 * cse_164 * cse_17) + (2.0 * p_E * cse_102 * cse_138 * cse_140 * cse_164 * cse_169 * cse_21)))
-        cse_351 = (cse_145 * (-(cse_169 * cse_342) - (cse_171 * cse_94) - (cse_198 * cse_96) - (cse_218 * cse_97) + (cse_21 * cse_249 * cse_5) - (cse_169 * cse_228 * cse_347)))
-        cse_352 = (cse_145 * (-(cse_117 * cse_249) - (cse_171 * cse_331) - (cse_198 * cse_333) - (cse_218 * cse_332) + (2.0 * p_E * cse_102 * cse_138 * cse_140 * cse_159 * cse_169 * cse_17) + (2.0 * p_E * cse_102 * cse_138 * cse_140 * cse_164 * cse_169 * cse_19)))
-        cse_355 = (cse_145 * cse_267)
-        cse_359 = (0.6666666666666666 * nx_0)
-        cse_361 = (cse_145 * cse_359)
-        cse_365 = (2.0 * cse_139)
-        cse_366 = (cse_164 * cse_365)
-        cse_367 = (cse_169 * cse_365)
+        cse_345 = (cse_161 * ((cse_160 * cse_94) + (cse_168 * cse_96) + (cse_172 * cse_97) - (cse_100 * cse_183) - (cse_175 * cse_98) - (cse_179 * cse_99)))
+        cse_346 = (cse_107 - (p_E * cse_11 * cse_5 * cse_8) - (2.0 * p_E * p_nu * cse_109 * cse_5 * cse_8))
+        cse_347 = (-cse_104 - cse_346)
+        cse_348 = (-cse_114 - cse_346)
+        cse_349 = (-cse_113 - cse_346)
+        cse_350 = (cse_161 * ((cse_115 * cse_175) + (cse_116 * cse_179) + (cse_117 * cse_183) + (cse_160 * cse_347) + (cse_168 * cse_349) + (cse_172 * cse_348)))
+        cse_352 = (cse_161 * ((cse_168 * cse_94) + (cse_199 * cse_96) + (cse_202 * cse_97) - (cse_100 * cse_210) - (cse_204 * cse_98) - (cse_207 * cse_99)))
+        cse_353 = (cse_161 * ((cse_115 * cse_204) + (cse_116 * cse_207) + (cse_117 * cse_210) + (cse_168 * cse_347) + (cse_199 * cse_349) + (cse_202 * cse_348)))
+        cse_355 = (cse_161 * ((cse_172 * cse_94) + (cse_202 * cse_96) + (cse_222 * cse_97) - (cse_100 * cse_230) - (cse_224 * cse_98) - (cse_227 * cse_99)))
+        cse_356 = (cse_161 * ((cse_115 * cse_224) + (cse_116 * cse_227) + (cse_117 * cse_230) + (cse_172 * cse_347) + (cse_202 * cse_349) + (cse_222 * cse_348)))
+        cse_358 = (cse_244 * cse_99)
+        cse_359 = (cse_100 * cse_137)
+        cse_360 = (cse_161 * (-(cse_133 * cse_358) - (cse_175 * cse_94) - (cse_204 * cse_96) - (cse_224 * cse_97) - (cse_247 * cse_359) + (cse_17 * cse_242 * cse_5)))
+        cse_361 = (cse_161 * (-(cse_115 * cse_242) - (cse_175 * cse_347) - (cse_204 * cse_349) - (cse_224 * cse_348) + (2.0 * p_E * cse_102 * cse_133 * cse_135 * cse_154 * cse_156 * cse_19) + (2.0 * p_E * cse_102 * cse_133 * cse_137 * cse_154 * cse_156 * cse_21)))
+        cse_363 = (cse_133 * cse_98)
+        cse_364 = (cse_161 * (-(cse_179 * cse_94) - (cse_207 * cse_96) - (cse_227 * cse_97) - (cse_244 * cse_359) - (cse_244 * cse_363) + (cse_19 * cse_255 * cse_5)))
+        cse_365 = (cse_161 * (-(cse_116 * cse_255) - (cse_179 * cse_347) - (cse_207 * cse_349) - (cse_227 * cse_348) + (2.0 * p_E * cse_102 * cse_133 * cse_135 * cse_154 * cse_156 * cse_17) + (2.0 * p_E * cse_102 * cse_135 * cse_137 * cse_154 * cse_156 * cse_21)))
+        cse_367 = (cse_161 * (-(cse_137 * cse_358) - (cse_183 * cse_94) - (cse_210 * cse_96) - (cse_230 * cse_97) + (cse_21 * cse_261 * cse_5) - (cse_137 * cse_240 * cse_363)))
+        cse_368 = (cse_161 * (-(cse_117 * cse_261) - (cse_183 * cse_347) - (cse_210 * cse_349) - (cse_230 * cse_348) + (2.0 * p_E * cse_102 * cse_133 * cse_137 * cse_154 * cse_156 * cse_17) + (2.0 * p_E * cse_102 * cse_135 * cse_137 * cse_154 * cse_156 * cse_19)))
+        cse_371 = (cse_161 * cse_279)
+        cse_375 = (0.6666666666666666 * cse_150)
+        cse_377 = (cse_161 * cse_375)
+        cse_380 = (2.0 * cse_155)
+        cse_381 = (cse_135 * cse_380)
+        cse_382 = (cse_137 * cse_380)
         # linear solve 3: 14x14, 7 right-hand side(s) through elimination lu1
         ls3_B = _matrix([
-            [cse_329, cse_334, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_336, cse_337, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_339, cse_340, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_344, cse_345, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_348, cse_349, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_351, cse_352, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_345, cse_350, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_352, cse_353, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_355, cse_356, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_360, cse_361, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_364, cse_365, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_367, cse_368, 0.0, 0.0, 0.0, 0.0, 0.0],
             [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [(cse_253 * cse_329), (cse_253 * cse_334), 0.0, 0.0, 0.0, (cse_137 * cse_355), (-cse_145 * state_internal_X_0)],
-            [(cse_253 * cse_336), (cse_253 * cse_337), 0.0, 0.0, 0.0, (cse_150 * cse_355), (-cse_145 * state_internal_X_1)],
-            [(cse_253 * cse_339), (cse_253 * cse_340), 0.0, 0.0, 0.0, (cse_155 * cse_355), (-cse_145 * state_internal_X_2)],
-            [(cse_253 * cse_344), (cse_253 * cse_345), 0.0, 0.0, 0.0, (cse_238 * cse_359), (-cse_145 * state_internal_X_3)],
-            [(cse_253 * cse_348), (cse_253 * cse_349), 0.0, 0.0, 0.0, (cse_164 * cse_361), (-cse_145 * state_internal_X_4)],
-            [(cse_253 * cse_351), (cse_253 * cse_352), 0.0, 0.0, 0.0, (cse_169 * cse_361), (-cse_145 * state_internal_X_5)],
-            [(-cse_145 - (cse_307 * ((cse_100 * cse_367) + (cse_347 * cse_365) + (cse_366 * cse_99) + (cse_137 * cse_139 * cse_94) + (cse_139 * cse_150 * cse_96) + (cse_139 * cse_155 * cse_97))) + (2.0 * p_E * cse_305 * cse_324 * cse_363)), (-cse_307 * (-(cse_116 * cse_366) - (cse_117 * cse_367) + (cse_137 * cse_139 * cse_331) + (cse_139 * cse_150 * cse_333) + (cse_139 * cse_155 * cse_332) - (cse_115 * cse_159 * cse_365))), (cse_306 * cse_322), (cse_323 * state_internal_ep), cse_322, 0.0, 0.0],
+            [(cse_265 * cse_345), (cse_265 * cse_350), 0.0, 0.0, 0.0, (cse_153 * cse_371), (-cse_161 * state_internal_X_0)],
+            [(cse_265 * cse_352), (cse_265 * cse_353), 0.0, 0.0, 0.0, (cse_165 * cse_371), (-cse_161 * state_internal_X_1)],
+            [(cse_265 * cse_355), (cse_265 * cse_356), 0.0, 0.0, 0.0, (cse_170 * cse_371), (-cse_161 * state_internal_X_2)],
+            [(cse_265 * cse_360), (cse_265 * cse_361), 0.0, 0.0, 0.0, (cse_250 * cse_375), (-cse_161 * state_internal_X_3)],
+            [(cse_265 * cse_364), (cse_265 * cse_365), 0.0, 0.0, 0.0, (cse_135 * cse_377), (-cse_161 * state_internal_X_4)],
+            [(cse_265 * cse_367), (cse_265 * cse_368), 0.0, 0.0, 0.0, (cse_137 * cse_377), (-cse_161 * state_internal_X_5)],
+            [(-cse_161 - (cse_324 * ((cse_100 * cse_382) + (cse_363 * cse_380) + (cse_381 * cse_99) + (cse_153 * cse_155 * cse_94) + (cse_155 * cse_165 * cse_96) + (cse_155 * cse_170 * cse_97))) + (2.0 * p_E * cse_319 * cse_321 * cse_323)), (-cse_324 * (-(cse_116 * cse_381) - (cse_117 * cse_382) + (cse_153 * cse_155 * cse_347) + (cse_155 * cse_165 * cse_349) + (cse_155 * cse_170 * cse_348) - (cse_115 * cse_133 * cse_380))), (cse_317 * cse_339), (cse_340 * state_internal_ep), cse_339, 0.0, 0.0],
         ], X)
         ls3_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls3_B * lu1_s)
         d421 = ls3_X[:, 0, 0]
@@ -1684,15 +1656,6 @@ if triton is not None:
         return s6, s10, s8, s12, s7, s11, s9, s13
 
     @triton.jit
-    def _mc_pos(x):
-        return tl.where(x < 0.0, 0.0, x)
-
-    @triton.jit
-    def _mc_sdiv(a, b):
-        nz = b != 0.0
-        return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
-
-    @triton.jit
     def _mc_store(ptr, value, mask, zero):
         p = ptr
         for _ in range(0, zero + 1):
@@ -1716,6 +1679,15 @@ if triton is not None:
         t5 = tl.join(t2, t3)
         t6 = tl.join(t4, t5)
         return tl.reshape(t6, [BLOCK, 8])
+
+    @triton.jit
+    def _mc_pos(x):
+        return tl.where(x < 0.0, 0.0, x)
+
+    @triton.jit
+    def _mc_sdiv(a, b):
+        nz = b != 0.0
+        return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
 
     @triton.jit
     def _mc_row32(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, BLOCK: tl.constexpr):
@@ -3972,14 +3944,14 @@ if triton is not None:
         o_maxit = tl.load(O + 2).to(tl.int32)
         # constants of the kernel dtype (a bare float literal would be fp32)
         K0 = tl.full([], float("nan"), DTYPE)
-        K1 = tl.full([], 1.0, DTYPE)
-        K2 = tl.full([], 0.6666666666666666, DTYPE)
-        K3 = tl.full([], 0.3333333333333333, DTYPE)
-        K4 = tl.full([], 1.224744871391589, DTYPE)
-        K5 = tl.full([], 2.0, DTYPE)
-        K6 = tl.full([], 1.3333333333333333, DTYPE)
-        K7 = tl.full([], 0.0, DTYPE)
-        K8 = tl.full([], 0.5, DTYPE)
+        K1 = tl.full([], 2.0, DTYPE)
+        K2 = tl.full([], 1.0, DTYPE)
+        K3 = tl.full([], 0.6666666666666666, DTYPE)
+        K4 = tl.full([], 0.3333333333333333, DTYPE)
+        K5 = tl.full([], 0.0, DTYPE)
+        K6 = tl.full([], 0.5, DTYPE)
+        K7 = tl.full([], 1.3333333333333333, DTYPE)
+        K8 = tl.full([], 1.224744871391589, DTYPE)
         K9 = tl.full([], 1.632993161855452, DTYPE)
         K10 = tl.full([], 0.816496580927726, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
@@ -4028,53 +4000,7 @@ if triton is not None:
             old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4,
             old_state_internal_X_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol,
             o_maxit, mask, DTYPE, EPS, BLOCK)
-        ncse_0 = (-state_internal_Ep_0)
-        ncse_1 = (forces_E_0 + ncse_0)
-        ncse_2 = (K1 / (K1 + p_nu))
-        ncse_3 = (p_E * ncse_2)
-        ncse_4 = (ncse_1 * ncse_3)
-        ncse_5 = (K2 * state_internal_X_1)
-        ncse_6 = (-state_internal_Ep_1)
-        ncse_7 = (forces_E_1 + ncse_6)
-        ncse_8 = (K2 * ncse_3)
-        ncse_9 = (ncse_7 * ncse_8)
-        ncse_10 = (ncse_5 - ncse_9)
-        ncse_11 = (K2 * state_internal_X_2)
-        ncse_12 = (-state_internal_Ep_2)
-        ncse_13 = (forces_E_2 + ncse_12)
-        ncse_14 = (ncse_13 * ncse_8)
-        ncse_15 = (ncse_11 - ncse_14)
-        ncse_17 = (-state_internal_X_3)
-        ncse_18 = (-state_internal_Ep_3)
-        ncse_19 = (ncse_17 + (ncse_3 * (forces_E_3 + ncse_18)))
-        ncse_20 = (ncse_19 * ncse_19)
-        ncse_21 = (-state_internal_X_4)
-        ncse_22 = (-state_internal_Ep_4)
-        ncse_23 = (ncse_21 + (ncse_3 * (forces_E_4 + ncse_22)))
-        ncse_24 = (ncse_23 * ncse_23)
-        ncse_25 = (-state_internal_X_5)
-        ncse_26 = (-state_internal_Ep_5)
-        ncse_27 = (ncse_25 + (ncse_3 * (forces_E_5 + ncse_26)))
-        ncse_28 = (ncse_27 * ncse_27)
-        ncse_29 = (K3 * ncse_3)
-        ncse_30 = (ncse_29 * ncse_7)
-        ncse_31 = (-(K3 * state_internal_X_0) + (K3 * ncse_4))
-        ncse_32 = (ncse_13 * ncse_29)
-        ncse_33 = (-(K2 * state_internal_X_0) + (ncse_1 * ncse_8))
-        ncse_233 = (-ncse_10 - ncse_31 - ncse_32 + (K3 * state_internal_X_2))
-        ncse_234 = (-ncse_15 - ncse_30 - ncse_31 + (K3 * state_internal_X_1))
-        ncse_235 = (ncse_33 - ncse_30 - ncse_32 + (K3 * state_internal_X_1) + (K3 * state_internal_X_2))
-        ncse_34 = tl.sqrt(_mc_pos((ncse_20 + ncse_24 + ncse_28 + (ncse_233 * ncse_233) + (ncse_234 * ncse_234) + (ncse_235 * ncse_235))))
-        ncse_35 = _mc_sdiv(K1, ncse_34)
-        ncse_36 = (forces_t - old_forces_t)
-        ncse_53 = tl.exp((-p_d * state_internal_ep))
-        ncse_54 = (-p_sigma_y + (K4 * ncse_34) - (p_R * (K1 - ncse_53)))
-        ncse_55 = ((p_E * p_E) * (ncse_36 * ncse_36))
-        ncse_56 = tl.sqrt(_mc_pos(((K2 * (ncse_54 * ncse_54)) + (ncse_55 * (state_internal_gamma_rate * state_internal_gamma_rate)))))
-        nx_0 = ncse_35
-        nx_1 = ncse_34
-        nx_2 = ncse_53
-        nx_3 = ncse_56
+        nx_0 = tl.exp((-p_d * state_internal_ep))
         # outputs 0 .. 3; NaN where Newton did not converge
         if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
             _mc_store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
@@ -4090,12 +4016,12 @@ if triton is not None:
         # outputs 8 .. 11; NaN where Newton did not converge
         if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
             _mc_store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_1, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_2, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_3, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_4, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
-        cse_9 = (K5 * p_nu)
-        cse_10 = (K1 - cse_9)
-        cse_11 = (K1 / cse_10)
+        cse_9 = (K1 * p_nu)
+        cse_10 = (K2 - cse_9)
+        cse_11 = (K2 / cse_10)
         cse_12 = (p_nu * cse_11)
-        cse_4 = (K1 + p_nu)
-        cse_5 = (K1 / cse_4)
+        cse_4 = (K2 + p_nu)
+        cse_5 = (K2 / cse_4)
         cse_6 = (p_E * cse_5)
         cse_13 = (cse_12 * cse_6)
         cse_0 = (forces_E_0 - state_internal_Ep_0)
@@ -4127,293 +4053,312 @@ if triton is not None:
         # outputs 16 .. 19; NaN where Newton did not converge
         _mc_store(Y + row[:, None] * y_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_S_2, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_3, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_4, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_5, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
-            cse_135 = (K2 * cse_15)
-            cse_136 = (K2 * cse_16)
-            cse_137 = (-cse_135 - cse_136 - (K6 * state_internal_X_0) + (K2 * state_internal_X_1) + (K2 * state_internal_X_2) + (K6 * cse_7))
-            cse_139 = _mc_sdiv(K1, (K5 * nx_1))
-            cse_140 = tl.where(state_internal_gamma_rate == 0.0, K7, cse_139)
-            cse_138 = tl.where(state_internal_gamma_rate == 0.0, K7, _mc_sdiv(K1, (nx_1 * nx_1)))
-            cse_141 = (cse_138 * cse_140)
-            cse_142 = (K8 * cse_141)
-            cse_151 = (cse_137 * cse_142)
-            cse_149 = (-(K2 * state_internal_X_0) + (K2 * cse_7))
-            cse_150 = (-cse_136 - cse_149 - (K6 * state_internal_X_1) + (K2 * state_internal_X_2) + (K6 * p_E * cse_1 * cse_5))
-            cse_133 = tl.where(state_internal_gamma_rate == 0.0, K7, nx_0)
-            cse_148 = (K3 * cse_133)
-            cse_152 = (cse_148 + (cse_150 * cse_151))
-            cse_153 = (-cse_152)
-            cse_3 = (forces_t - old_forces_t)
-            cse_145 = (cse_3 * state_internal_gamma_rate)
-            cse_146 = (cse_145 * cse_6)
-            cse_154 = (cse_146 * cse_153)
-            cse_253 = (K2 * p_C)
-            cse_255 = (cse_154 * cse_253)
-            cse_155 = (-cse_135 - cse_149 - (K6 * state_internal_X_2) + (K2 * state_internal_X_1) + (K6 * p_E * cse_2 * cse_5))
-            cse_156 = (cse_148 + (cse_151 * cse_155))
-            cse_157 = (-cse_156)
-            cse_158 = (cse_146 * cse_157)
-            cse_256 = (cse_158 * cse_253)
-            cse_189 = (cse_148 + (cse_142 * cse_150 * cse_155))
-            cse_190 = (-cse_189)
-            cse_191 = (cse_146 * cse_190)
-            cse_271 = (cse_191 * cse_253)
-            cse_174 = (cse_145 * cse_152)
-            cse_262 = (-cse_174 * cse_253)
-            cse_176 = (cse_145 * cse_156)
-            cse_263 = (-cse_176 * cse_253)
-            cse_175 = (-cse_174)
-            cse_177 = (-cse_176)
-            cse_134 = (-K2 * cse_133)
-            cse_143 = (cse_134 + (cse_142 * (cse_137 * cse_137)))
-            cse_144 = (-cse_143)
-            cse_147 = (cse_144 * cse_146)
-            cse_254 = (cse_147 * cse_253)
-            cse_159 = (state_S_3 - state_internal_X_3)
-            cse_160 = (cse_141 * cse_159)
-            cse_161 = (cse_137 * cse_160)
-            cse_162 = (cse_146 * cse_161)
-            cse_257 = (-cse_162 * cse_253)
-            cse_164 = (state_S_4 - state_internal_X_4)
-            cse_165 = (cse_141 * cse_164)
-            cse_166 = (cse_137 * cse_165)
-            cse_167 = (cse_146 * cse_166)
-            cse_258 = (-cse_167 * cse_253)
-            cse_169 = (state_S_5 - state_internal_X_5)
-            cse_170 = (cse_141 * cse_169)
-            cse_171 = (cse_137 * cse_170)
-            cse_172 = (cse_146 * cse_171)
-            cse_259 = (-cse_172 * cse_253)
-            cse_201 = (cse_145 * cse_189)
-            cse_275 = (-cse_201 * cse_253)
-            cse_163 = (-cse_162)
+            cse_142 = (K3 * cse_16)
+            cse_141 = (K3 * state_internal_X_2)
+            cse_143 = (cse_141 - cse_142)
+            cse_139 = (K4 * cse_15)
+            cse_140 = (-(K4 * state_internal_X_0) + (K4 * cse_7))
+            cse_383 = (-cse_139 - cse_140 - cse_143 + (K4 * state_internal_X_1))
+            cse_146 = (K3 * cse_15)
+            cse_145 = (K3 * state_internal_X_1)
+            cse_147 = (cse_145 - cse_146)
+            cse_144 = (K4 * cse_16)
+            cse_384 = (-cse_140 - cse_144 - cse_147 + (K4 * state_internal_X_2))
+            cse_148 = (-(K3 * state_internal_X_0) + (K3 * cse_7))
+            cse_385 = (cse_148 - cse_139 - cse_144 + (K4 * state_internal_X_1) + (K4 * state_internal_X_2))
+            cse_133 = (state_S_3 - state_internal_X_3)
+            cse_134 = (cse_133 * cse_133)
+            cse_135 = (state_S_4 - state_internal_X_4)
+            cse_136 = (cse_135 * cse_135)
+            cse_137 = (state_S_5 - state_internal_X_5)
+            cse_138 = (cse_137 * cse_137)
+            cse_149 = tl.sqrt(_mc_pos((cse_134 + cse_136 + cse_138 + (cse_383 * cse_383) + (cse_384 * cse_384) + (cse_385 * cse_385))))
+            cse_155 = _mc_sdiv(K2, (K1 * cse_149))
+            cse_156 = tl.where(state_internal_gamma_rate == 0.0, K5, cse_155)
+            cse_154 = tl.where(state_internal_gamma_rate == 0.0, K5, _mc_sdiv(K2, (cse_149 * cse_149)))
+            cse_157 = (cse_154 * cse_156)
+            cse_158 = (K6 * cse_157)
+            cse_153 = (cse_143 + cse_147 - (K7 * state_internal_X_0) + (K7 * cse_7))
+            cse_166 = (cse_153 * cse_158)
+            cse_150 = _mc_sdiv(K2, cse_149)
+            cse_151 = tl.where(state_internal_gamma_rate == 0.0, K5, cse_150)
+            cse_164 = (K4 * cse_151)
+            cse_165 = (cse_141 - cse_142 - cse_148 - (K7 * state_internal_X_1) + (K7 * p_E * cse_1 * cse_5))
+            cse_167 = (cse_164 + (cse_165 * cse_166))
             cse_168 = (-cse_167)
-            cse_173 = (-cse_172)
+            cse_3 = (forces_t - old_forces_t)
+            cse_161 = (cse_3 * state_internal_gamma_rate)
+            cse_162 = (cse_161 * cse_6)
+            cse_169 = (cse_162 * cse_168)
+            cse_265 = (K3 * p_C)
+            cse_267 = (cse_169 * cse_265)
+            cse_170 = (cse_145 - cse_146 - cse_148 - (K7 * state_internal_X_2) + (K7 * p_E * cse_2 * cse_5))
+            cse_171 = (cse_164 + (cse_166 * cse_170))
+            cse_172 = (-cse_171)
+            cse_173 = (cse_162 * cse_172)
+            cse_268 = (cse_173 * cse_265)
+            cse_201 = (cse_164 + (cse_158 * cse_165 * cse_170))
             cse_202 = (-cse_201)
-            cse_178 = (cse_145 * cse_161)
-            cse_264 = (-cse_178 * cse_253)
-            cse_180 = (cse_145 * cse_166)
-            cse_265 = (-cse_180 * cse_253)
-            cse_182 = (cse_145 * cse_171)
-            cse_266 = (-cse_182 * cse_253)
-            cse_186 = (cse_134 + (cse_142 * (cse_150 * cse_150)))
-            cse_187 = (-cse_186)
-            cse_188 = (cse_146 * cse_187)
-            cse_270 = (cse_188 * cse_253)
-            cse_192 = (cse_150 * cse_160)
-            cse_193 = (cse_146 * cse_192)
-            cse_272 = (-cse_193 * cse_253)
-            cse_195 = (cse_150 * cse_165)
-            cse_196 = (cse_146 * cse_195)
-            cse_273 = (-cse_196 * cse_253)
-            cse_198 = (cse_150 * cse_170)
-            cse_199 = (cse_146 * cse_198)
-            cse_274 = (-cse_199 * cse_253)
-            cse_209 = (cse_134 + (cse_142 * (cse_155 * cse_155)))
-            cse_210 = (-cse_209)
-            cse_211 = (cse_146 * cse_210)
-            cse_280 = (cse_211 * cse_253)
-            cse_212 = (cse_155 * cse_160)
-            cse_213 = (cse_146 * cse_212)
-            cse_281 = (-cse_213 * cse_253)
-            cse_215 = (cse_155 * cse_165)
-            cse_216 = (cse_146 * cse_215)
-            cse_282 = (-cse_216 * cse_253)
-            cse_218 = (cse_155 * cse_170)
-            cse_219 = (cse_146 * cse_218)
-            cse_283 = (-cse_219 * cse_253)
-            cse_179 = (-cse_178)
-            cse_181 = (-cse_180)
-            cse_183 = (-cse_182)
-            cse_194 = (-cse_193)
-            cse_197 = (-cse_196)
-            cse_200 = (-cse_199)
-            cse_214 = (-cse_213)
-            cse_217 = (-cse_216)
-            cse_220 = (-cse_219)
-            cse_203 = (cse_145 * cse_192)
-            cse_276 = (-cse_203 * cse_253)
-            cse_205 = (cse_145 * cse_195)
-            cse_277 = (-cse_205 * cse_253)
-            cse_207 = (cse_145 * cse_198)
-            cse_278 = (-cse_207 * cse_253)
-            cse_221 = (cse_145 * cse_212)
-            cse_284 = (-cse_221 * cse_253)
-            cse_223 = (cse_145 * cse_215)
-            cse_285 = (-cse_223 * cse_253)
-            cse_225 = (cse_145 * cse_218)
-            cse_286 = (-cse_225 * cse_253)
-            cse_204 = (-cse_203)
-            cse_206 = (-cse_205)
-            cse_208 = (-cse_207)
+            cse_203 = (cse_162 * cse_202)
+            cse_283 = (cse_203 * cse_265)
+            cse_152 = (-K3 * cse_151)
+            cse_159 = (cse_152 + (cse_158 * (cse_153 * cse_153)))
+            cse_160 = (-cse_159)
+            cse_163 = (cse_160 * cse_162)
+            cse_266 = (cse_163 * cse_265)
+            cse_186 = (cse_161 * cse_167)
+            cse_274 = (-cse_186 * cse_265)
+            cse_188 = (cse_161 * cse_171)
+            cse_275 = (-cse_188 * cse_265)
+            cse_198 = (cse_152 + (cse_158 * (cse_165 * cse_165)))
+            cse_199 = (-cse_198)
+            cse_200 = (cse_162 * cse_199)
+            cse_282 = (cse_200 * cse_265)
+            cse_221 = (cse_152 + (cse_158 * (cse_170 * cse_170)))
             cse_222 = (-cse_221)
-            cse_224 = (-cse_223)
+            cse_223 = (cse_162 * cse_222)
+            cse_292 = (cse_223 * cse_265)
+            cse_187 = (-cse_186)
+            cse_189 = (-cse_188)
+            cse_213 = (cse_161 * cse_201)
+            cse_287 = (-cse_213 * cse_265)
+            cse_240 = (K1 * cse_157)
+            cse_239 = (-cse_151)
+            cse_241 = (cse_239 + (cse_134 * cse_240))
+            cse_242 = (-cse_241)
+            cse_243 = (cse_162 * cse_242)
+            cse_300 = (cse_243 * cse_265)
+            cse_254 = (cse_239 + (cse_136 * cse_240))
+            cse_255 = (-cse_254)
+            cse_256 = (cse_162 * cse_255)
+            cse_310 = (cse_256 * cse_265)
+            cse_260 = (cse_239 + (cse_138 * cse_240))
+            cse_261 = (-cse_260)
+            cse_262 = (cse_162 * cse_261)
+            cse_315 = (cse_262 * cse_265)
+            cse_214 = (-cse_213)
+            cse_317 = (K2 - nx_0)
+            cse_318 = (-p_sigma_y + (K8 * cse_149) - (p_R * cse_317))
+            cse_321 = (cse_3 * cse_3)
+            cse_320 = (p_E * p_E)
+            cse_322 = (cse_320 * cse_321)
+            cse_319 = (state_internal_gamma_rate * state_internal_gamma_rate)
+            cse_323 = _mc_sdiv(K2, (K1 * tl.sqrt(_mc_pos(((K3 * (cse_318 * cse_318)) + (cse_319 * cse_322))))))
+            cse_324 = (-K2 - (K9 * cse_318 * cse_323))
+            cse_325 = (cse_155 * cse_324)
+            cse_326 = (cse_153 * cse_325)
+            cse_327 = (-cse_326 * cse_6)
+            cse_328 = (cse_165 * cse_325)
+            cse_329 = (-cse_328 * cse_6)
+            cse_330 = (cse_170 * cse_325)
+            cse_331 = (-cse_330 * cse_6)
+            cse_332 = (K1 * cse_325)
+            cse_333 = (cse_133 * cse_332)
+            cse_334 = (-cse_333 * cse_6)
+            cse_335 = (cse_135 * cse_332)
+            cse_336 = (-cse_335 * cse_6)
+            cse_337 = (cse_137 * cse_332)
+            cse_338 = (-cse_337 * cse_6)
+            cse_174 = (cse_133 * cse_157)
+            cse_175 = (cse_153 * cse_174)
+            cse_176 = (cse_162 * cse_175)
+            cse_269 = (-cse_176 * cse_265)
+            cse_178 = (cse_135 * cse_157)
+            cse_179 = (cse_153 * cse_178)
+            cse_180 = (cse_162 * cse_179)
+            cse_270 = (-cse_180 * cse_265)
+            cse_182 = (cse_137 * cse_157)
+            cse_183 = (cse_153 * cse_182)
+            cse_184 = (cse_162 * cse_183)
+            cse_271 = (-cse_184 * cse_265)
+            cse_204 = (cse_165 * cse_174)
+            cse_205 = (cse_162 * cse_204)
+            cse_284 = (-cse_205 * cse_265)
+            cse_207 = (cse_165 * cse_178)
+            cse_208 = (cse_162 * cse_207)
+            cse_285 = (-cse_208 * cse_265)
+            cse_210 = (cse_165 * cse_182)
+            cse_211 = (cse_162 * cse_210)
+            cse_286 = (-cse_211 * cse_265)
+            cse_224 = (cse_170 * cse_174)
+            cse_225 = (cse_162 * cse_224)
+            cse_293 = (-cse_225 * cse_265)
+            cse_227 = (cse_170 * cse_178)
+            cse_228 = (cse_162 * cse_227)
+            cse_294 = (-cse_228 * cse_265)
+            cse_230 = (cse_170 * cse_182)
+            cse_231 = (cse_162 * cse_230)
+            cse_295 = (-cse_231 * cse_265)
+            cse_177 = (-cse_176)
+            cse_181 = (-cse_180)
+            cse_185 = (-cse_184)
+            cse_206 = (-cse_205)
+            cse_209 = (-cse_208)
+            cse_212 = (-cse_211)
             cse_226 = (-cse_225)
-            cse_228 = (K5 * cse_141)
-            cse_227 = (-cse_133)
-            cse_229 = (cse_227 + (cse_228 * (cse_159 * cse_159)))
-            cse_230 = (-cse_229)
-            cse_231 = (cse_146 * cse_230)
-            cse_288 = (cse_231 * cse_253)
-            cse_289 = (K6 * p_C)
-            cse_290 = (cse_160 * cse_289)
-            cse_291 = (cse_164 * cse_290)
-            cse_292 = (-cse_146 * cse_291)
-            cse_236 = (cse_146 * cse_169)
-            cse_293 = (-cse_236 * cse_290)
-            cse_242 = (cse_227 + (cse_228 * (cse_164 * cse_164)))
-            cse_243 = (-cse_242)
-            cse_244 = (cse_146 * cse_243)
-            cse_298 = (cse_244 * cse_253)
-            cse_299 = (cse_165 * cse_289)
-            cse_300 = (-cse_236 * cse_299)
-            cse_248 = (cse_227 + (cse_228 * (cse_169 * cse_169)))
-            cse_249 = (-cse_248)
-            cse_250 = (cse_146 * cse_249)
-            cse_303 = (cse_250 * cse_253)
-            cse_232 = (cse_164 * cse_228)
-            cse_233 = (cse_146 * cse_232)
-            cse_234 = (-cse_159 * cse_233)
-            cse_235 = (cse_159 * cse_228)
-            cse_237 = (-cse_235 * cse_236)
-            cse_245 = (-cse_169 * cse_233)
-            cse_294 = (-cse_145 * cse_291)
-            cse_246 = (cse_145 * cse_169)
-            cse_295 = (-cse_246 * cse_290)
-            cse_301 = (-cse_246 * cse_299)
-            cse_238 = (cse_145 * cse_159)
-            cse_239 = (cse_228 * cse_238)
-            cse_240 = (-cse_164 * cse_239)
-            cse_241 = (-cse_169 * cse_239)
-            cse_247 = (-cse_232 * cse_246)
-            cse_305 = _mc_sdiv(K1, (K5 * nx_3))
-            cse_306 = (K1 - nx_2)
-            cse_307 = (-K1 - (K9 * cse_305 * (-p_sigma_y + (K4 * nx_1) - (p_R * cse_306))))
-            cse_308 = (cse_139 * cse_307)
-            cse_309 = (cse_137 * cse_308)
-            cse_310 = (-cse_309 * cse_6)
-            cse_311 = (cse_150 * cse_308)
-            cse_312 = (-cse_311 * cse_6)
-            cse_313 = (cse_155 * cse_308)
-            cse_314 = (-cse_313 * cse_6)
-            cse_267 = (K3 * nx_0)
-            cse_268 = (p_C * cse_267)
-            cse_269 = ((cse_137 * cse_268) - (p_g * state_internal_X_0))
-            cse_279 = ((cse_150 * cse_268) - (p_g * state_internal_X_1))
-            cse_287 = ((cse_155 * cse_268) - (p_g * state_internal_X_2))
-            cse_315 = (K5 * cse_308)
-            cse_316 = (cse_159 * cse_315)
-            cse_317 = (-cse_316 * cse_6)
-            cse_318 = (cse_164 * cse_315)
-            cse_319 = (-cse_318 * cse_6)
-            cse_320 = (cse_169 * cse_315)
-            cse_321 = (-cse_320 * cse_6)
-            cse_296 = (cse_253 * nx_0)
-            cse_297 = ((cse_159 * cse_296) - (p_g * state_internal_X_3))
-            cse_302 = ((cse_164 * cse_296) - (p_g * state_internal_X_4))
-            cse_304 = ((cse_169 * cse_296) - (p_g * state_internal_X_5))
-            cse_322 = (K10 * cse_307)
-            cse_323 = (p_R * cse_322 * nx_2)
-            cse_184 = (cse_3 * nx_0)
-            cse_185 = (K8 * cse_184)
-            cse_261 = (cse_253 * state_internal_gamma_rate)
-            cse_324 = (cse_3 * cse_3)
-            cse_325 = (K5 * cse_305 * (p_E * p_E))
-            cse_260 = (-p_g * state_internal_gamma_rate)
+            cse_229 = (-cse_228)
+            cse_232 = (-cse_231)
+            cse_190 = (cse_161 * cse_175)
+            cse_276 = (-cse_190 * cse_265)
+            cse_192 = (cse_161 * cse_179)
+            cse_277 = (-cse_192 * cse_265)
+            cse_194 = (cse_161 * cse_183)
+            cse_278 = (-cse_194 * cse_265)
+            cse_215 = (cse_161 * cse_204)
+            cse_288 = (-cse_215 * cse_265)
+            cse_217 = (cse_161 * cse_207)
+            cse_289 = (-cse_217 * cse_265)
+            cse_219 = (cse_161 * cse_210)
+            cse_290 = (-cse_219 * cse_265)
+            cse_233 = (cse_161 * cse_224)
+            cse_296 = (-cse_233 * cse_265)
+            cse_235 = (cse_161 * cse_227)
+            cse_297 = (-cse_235 * cse_265)
+            cse_237 = (cse_161 * cse_230)
+            cse_298 = (-cse_237 * cse_265)
+            cse_301 = (K7 * p_C)
+            cse_302 = (cse_174 * cse_301)
+            cse_303 = (cse_135 * cse_302)
+            cse_304 = (-cse_162 * cse_303)
+            cse_248 = (cse_137 * cse_162)
+            cse_305 = (-cse_248 * cse_302)
+            cse_311 = (cse_178 * cse_301)
+            cse_312 = (-cse_248 * cse_311)
+            cse_191 = (-cse_190)
+            cse_193 = (-cse_192)
+            cse_195 = (-cse_194)
+            cse_216 = (-cse_215)
+            cse_218 = (-cse_217)
+            cse_220 = (-cse_219)
+            cse_234 = (-cse_233)
+            cse_236 = (-cse_235)
+            cse_238 = (-cse_237)
+            cse_244 = (cse_135 * cse_240)
+            cse_245 = (cse_162 * cse_244)
+            cse_246 = (-cse_133 * cse_245)
+            cse_247 = (cse_133 * cse_240)
+            cse_249 = (-cse_247 * cse_248)
+            cse_257 = (-cse_137 * cse_245)
+            cse_306 = (-cse_161 * cse_303)
+            cse_258 = (cse_137 * cse_161)
+            cse_307 = (-cse_258 * cse_302)
+            cse_313 = (-cse_258 * cse_311)
+            cse_339 = (K10 * cse_324)
+            cse_340 = (p_R * cse_339 * nx_0)
+            cse_250 = (cse_133 * cse_161)
+            cse_251 = (cse_240 * cse_250)
+            cse_252 = (-cse_135 * cse_251)
+            cse_253 = (-cse_137 * cse_251)
+            cse_259 = (-cse_244 * cse_258)
+            cse_341 = (K1 * cse_323)
+            cse_279 = (K4 * cse_150)
+            cse_280 = (p_C * cse_279)
+            cse_281 = ((cse_153 * cse_280) - (p_g * state_internal_X_0))
+            cse_291 = ((cse_165 * cse_280) - (p_g * state_internal_X_1))
+            cse_299 = ((cse_170 * cse_280) - (p_g * state_internal_X_2))
+            cse_196 = (cse_150 * cse_3)
+            cse_197 = (K6 * cse_196)
+            cse_308 = (cse_150 * cse_265)
+            cse_309 = ((cse_133 * cse_308) - (p_g * state_internal_X_3))
+            cse_314 = ((cse_135 * cse_308) - (p_g * state_internal_X_4))
+            cse_316 = ((cse_137 * cse_308) - (p_g * state_internal_X_5))
+            cse_273 = (cse_265 * state_internal_gamma_rate)
+            cse_272 = (-p_g * state_internal_gamma_rate)
             # elimination lu1: 14x14, shared by the linear solves below, unrolled over structural nonzeros
-            lu1_1 = (K1 + cse_147)
-            lu1_2 = (-cse_143 * cse_145)
-            lu1_3 = (-cse_137 * cse_185)
-            lu1_4 = (K1 + cse_188)
-            lu1_5 = (-cse_145 * cse_186)
-            lu1_6 = (-cse_150 * cse_185)
-            lu1_7 = (K1 + cse_211)
-            lu1_8 = (-cse_145 * cse_209)
-            lu1_9 = (-cse_155 * cse_185)
-            lu1_10 = (K1 + cse_231)
-            lu1_11 = (-cse_145 * cse_229)
-            lu1_12 = (-cse_159 * cse_184)
-            lu1_13 = (K1 + cse_244)
-            lu1_14 = (-cse_145 * cse_242)
-            lu1_15 = (-cse_164 * cse_184)
-            lu1_16 = (K1 + cse_250)
-            lu1_17 = (-cse_145 * cse_248)
-            lu1_18 = (-cse_169 * cse_184)
+            lu1_1 = (K2 + cse_163)
+            lu1_2 = (-cse_159 * cse_161)
+            lu1_3 = (-cse_153 * cse_197)
+            lu1_4 = (K2 + cse_200)
+            lu1_5 = (-cse_161 * cse_198)
+            lu1_6 = (-cse_165 * cse_197)
+            lu1_7 = (K2 + cse_223)
+            lu1_8 = (-cse_161 * cse_221)
+            lu1_9 = (-cse_170 * cse_197)
+            lu1_10 = (K2 + cse_243)
+            lu1_11 = (-cse_161 * cse_241)
+            lu1_12 = (-cse_133 * cse_196)
+            lu1_13 = (K2 + cse_256)
+            lu1_14 = (-cse_161 * cse_254)
+            lu1_15 = (-cse_135 * cse_196)
+            lu1_16 = (K2 + cse_262)
+            lu1_17 = (-cse_161 * cse_260)
+            lu1_18 = (-cse_137 * cse_196)
             lu1_19 = (-K10 * cse_3)
-            lu1_20 = (K1 - (cse_3 * (cse_260 + (cse_143 * cse_261))))
-            lu1_21 = (-cse_269 * cse_3)
-            lu1_22 = (K1 - (cse_3 * (cse_260 + (cse_186 * cse_261))))
-            lu1_23 = (-cse_279 * cse_3)
-            lu1_24 = (K1 - (cse_3 * (cse_260 + (cse_209 * cse_261))))
-            lu1_25 = (-cse_287 * cse_3)
-            lu1_26 = (K1 - (cse_3 * (cse_260 + (cse_229 * cse_261))))
-            lu1_27 = (-cse_297 * cse_3)
-            lu1_28 = (K1 - (cse_3 * (cse_260 + (cse_242 * cse_261))))
-            lu1_29 = (-cse_3 * cse_302)
-            lu1_30 = (K1 - (cse_3 * (cse_260 + (cse_248 * cse_261))))
-            lu1_31 = (-cse_3 * cse_304)
-            lu1_32 = (-p_d * cse_323)
-            lu1_33 = (-cse_309)
-            lu1_34 = (-cse_311)
-            lu1_35 = (-cse_313)
-            lu1_36 = (-cse_316)
-            lu1_37 = (-cse_318)
-            lu1_38 = (-cse_320)
-            lu1_39 = ((p_E * cse_3) - (cse_324 * cse_325 * state_internal_gamma_rate))
+            lu1_20 = (K2 - (cse_3 * (cse_272 + (cse_159 * cse_273))))
+            lu1_21 = (-cse_281 * cse_3)
+            lu1_22 = (K2 - (cse_3 * (cse_272 + (cse_198 * cse_273))))
+            lu1_23 = (-cse_291 * cse_3)
+            lu1_24 = (K2 - (cse_3 * (cse_272 + (cse_221 * cse_273))))
+            lu1_25 = (-cse_299 * cse_3)
+            lu1_26 = (K2 - (cse_3 * (cse_272 + (cse_241 * cse_273))))
+            lu1_27 = (-cse_3 * cse_309)
+            lu1_28 = (K2 - (cse_3 * (cse_272 + (cse_254 * cse_273))))
+            lu1_29 = (-cse_3 * cse_314)
+            lu1_30 = (K2 - (cse_3 * (cse_272 + (cse_260 * cse_273))))
+            lu1_31 = (-cse_3 * cse_316)
+            lu1_32 = (-p_d * cse_340)
+            lu1_33 = (-cse_326)
+            lu1_34 = (-cse_328)
+            lu1_35 = (-cse_330)
+            lu1_36 = (-cse_333)
+            lu1_37 = (-cse_335)
+            lu1_38 = (-cse_337)
+            lu1_39 = ((p_E * cse_3) - (cse_322 * cse_341 * state_internal_gamma_rate))
             lu1_lu = _triton_lu1(
-                lu1_1, cse_154, cse_158, cse_163, cse_168, cse_173, lu1_2, cse_175, cse_177, cse_179, cse_181,
-                cse_183, lu1_3, cse_154, lu1_4, cse_191, cse_194, cse_197, cse_200, cse_175, lu1_5, cse_202,
-                cse_204, cse_206, cse_208, lu1_6, cse_158, cse_191, lu1_7, cse_214, cse_217, cse_220, cse_177,
-                cse_202, lu1_8, cse_222, cse_224, cse_226, lu1_9, cse_163, cse_194, cse_214, lu1_10, cse_234,
-                cse_237, cse_179, cse_204, cse_222, lu1_11, cse_240, cse_241, lu1_12, cse_168, cse_197,
-                cse_217, cse_234, lu1_13, cse_245, cse_181, cse_206, cse_224, cse_240, lu1_14, cse_247, lu1_15,
-                cse_173, cse_200, cse_220, cse_237, cse_245, lu1_16, cse_183, cse_208, cse_226, cse_241,
-                cse_247, lu1_17, lu1_18, lu1_19, cse_254, cse_255, cse_256, cse_257, cse_258, cse_259, lu1_20,
-                cse_262, cse_263, cse_264, cse_265, cse_266, lu1_21, cse_255, cse_270, cse_271, cse_272,
-                cse_273, cse_274, cse_262, lu1_22, cse_275, cse_276, cse_277, cse_278, lu1_23, cse_256,
-                cse_271, cse_280, cse_281, cse_282, cse_283, cse_263, cse_275, lu1_24, cse_284, cse_285,
-                cse_286, lu1_25, cse_257, cse_272, cse_281, cse_288, cse_292, cse_293, cse_264, cse_276,
-                cse_284, lu1_26, cse_294, cse_295, lu1_27, cse_258, cse_273, cse_282, cse_292, cse_298,
-                cse_300, cse_265, cse_277, cse_285, cse_294, lu1_28, cse_301, lu1_29, cse_259, cse_274,
-                cse_283, cse_293, cse_300, cse_303, cse_266, cse_278, cse_286, cse_295, cse_301, lu1_30,
-                lu1_31, cse_310, cse_312, cse_314, cse_317, cse_319, cse_321, lu1_32, lu1_33, lu1_34, lu1_35,
+                lu1_1, cse_169, cse_173, cse_177, cse_181, cse_185, lu1_2, cse_187, cse_189, cse_191, cse_193,
+                cse_195, lu1_3, cse_169, lu1_4, cse_203, cse_206, cse_209, cse_212, cse_187, lu1_5, cse_214,
+                cse_216, cse_218, cse_220, lu1_6, cse_173, cse_203, lu1_7, cse_226, cse_229, cse_232, cse_189,
+                cse_214, lu1_8, cse_234, cse_236, cse_238, lu1_9, cse_177, cse_206, cse_226, lu1_10, cse_246,
+                cse_249, cse_191, cse_216, cse_234, lu1_11, cse_252, cse_253, lu1_12, cse_181, cse_209,
+                cse_229, cse_246, lu1_13, cse_257, cse_193, cse_218, cse_236, cse_252, lu1_14, cse_259, lu1_15,
+                cse_185, cse_212, cse_232, cse_249, cse_257, lu1_16, cse_195, cse_220, cse_238, cse_253,
+                cse_259, lu1_17, lu1_18, lu1_19, cse_266, cse_267, cse_268, cse_269, cse_270, cse_271, lu1_20,
+                cse_274, cse_275, cse_276, cse_277, cse_278, lu1_21, cse_267, cse_282, cse_283, cse_284,
+                cse_285, cse_286, cse_274, lu1_22, cse_287, cse_288, cse_289, cse_290, lu1_23, cse_268,
+                cse_283, cse_292, cse_293, cse_294, cse_295, cse_275, cse_287, lu1_24, cse_296, cse_297,
+                cse_298, lu1_25, cse_269, cse_284, cse_293, cse_300, cse_304, cse_305, cse_276, cse_288,
+                cse_296, lu1_26, cse_306, cse_307, lu1_27, cse_270, cse_285, cse_294, cse_304, cse_310,
+                cse_312, cse_277, cse_289, cse_297, cse_306, lu1_28, cse_313, lu1_29, cse_271, cse_286,
+                cse_295, cse_305, cse_312, cse_315, cse_278, cse_290, cse_298, cse_307, cse_313, lu1_30,
+                lu1_31, cse_327, cse_329, cse_331, cse_334, cse_336, cse_338, lu1_32, lu1_33, lu1_34, lu1_35,
                 lu1_36, lu1_37, lu1_38, lu1_39, DTYPE)
             # linear solve 1: 14x14, 6 right-hand side(s) through elimination lu1
             (
                 ls1_40, ls1_41, ls1_42, ls1_43, ls1_44, ls1_45, ls1_47, ls1_48, ls1_49, ls1_50, ls1_51, ls1_52,
                 ls1_53,
             ) = _triton_lu1_forward2(
-                lu1_lu, cse_147, cse_154, cse_158, cse_163, cse_168, cse_173, cse_254, cse_255, cse_256,
-                cse_257, cse_258, cse_259, cse_310, DTYPE)
+                lu1_lu, cse_163, cse_169, cse_173, cse_177, cse_181, cse_185, cse_266, cse_267, cse_268,
+                cse_269, cse_270, cse_271, cse_327, DTYPE)
             (
                 ls1_54, ls1_55, ls1_56, ls1_57, ls1_58, ls1_59, ls1_61, ls1_62, ls1_63, ls1_64, ls1_65, ls1_66,
                 ls1_67,
             ) = _triton_lu1_forward2(
-                lu1_lu, cse_154, cse_188, cse_191, cse_194, cse_197, cse_200, cse_255, cse_270, cse_271,
-                cse_272, cse_273, cse_274, cse_312, DTYPE)
+                lu1_lu, cse_169, cse_200, cse_203, cse_206, cse_209, cse_212, cse_267, cse_282, cse_283,
+                cse_284, cse_285, cse_286, cse_329, DTYPE)
             (
                 ls1_68, ls1_69, ls1_70, ls1_71, ls1_72, ls1_73, ls1_75, ls1_76, ls1_77, ls1_78, ls1_79, ls1_80,
                 ls1_81,
             ) = _triton_lu1_forward2(
-                lu1_lu, cse_158, cse_191, cse_211, cse_214, cse_217, cse_220, cse_256, cse_271, cse_280,
-                cse_281, cse_282, cse_283, cse_314, DTYPE)
+                lu1_lu, cse_173, cse_203, cse_223, cse_226, cse_229, cse_232, cse_268, cse_283, cse_292,
+                cse_293, cse_294, cse_295, cse_331, DTYPE)
             (
                 ls1_82, ls1_83, ls1_84, ls1_85, ls1_86, ls1_87, ls1_89, ls1_90, ls1_91, ls1_92, ls1_93, ls1_94,
                 ls1_95,
             ) = _triton_lu1_forward2(
-                lu1_lu, cse_163, cse_194, cse_214, cse_231, cse_234, cse_237, cse_257, cse_272, cse_281,
-                cse_288, cse_292, cse_293, cse_317, DTYPE)
+                lu1_lu, cse_177, cse_206, cse_226, cse_243, cse_246, cse_249, cse_269, cse_284, cse_293,
+                cse_300, cse_304, cse_305, cse_334, DTYPE)
             (
                 ls1_96, ls1_97, ls1_98, ls1_99, ls1_100, ls1_101, ls1_103, ls1_104, ls1_105, ls1_106, ls1_107,
                 ls1_108, ls1_109,
             ) = _triton_lu1_forward2(
-                lu1_lu, cse_168, cse_197, cse_217, cse_234, cse_244, cse_245, cse_258, cse_273, cse_282,
-                cse_292, cse_298, cse_300, cse_319, DTYPE)
+                lu1_lu, cse_181, cse_209, cse_229, cse_246, cse_256, cse_257, cse_270, cse_285, cse_294,
+                cse_304, cse_310, cse_312, cse_336, DTYPE)
             (
                 ls1_110, ls1_111, ls1_112, ls1_113, ls1_114, ls1_115, ls1_117, ls1_118, ls1_119, ls1_120,
                 ls1_121, ls1_122, ls1_123,
             ) = _triton_lu1_forward2(
-                lu1_lu, cse_173, cse_200, cse_220, cse_237, cse_245, cse_250, cse_259, cse_274, cse_283,
-                cse_293, cse_300, cse_303, cse_321, DTYPE)
+                lu1_lu, cse_185, cse_212, cse_232, cse_249, cse_257, cse_262, cse_271, cse_286, cse_295,
+                cse_305, cse_312, cse_315, cse_338, DTYPE)
             (d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11, d12, d13, d14) = _triton_lu1_back2(
                 lu1_lu, ls1_40, ls1_41, ls1_42, ls1_43, ls1_44, ls1_45, ls1_47, ls1_48, ls1_49, ls1_50, ls1_51,
                 ls1_52, ls1_53, DTYPE)
@@ -4549,44 +4494,43 @@ if triton is not None:
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
             _mc_store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d117, K0), tl.where((j2_voce_af_return_map_converged & fin), d118, K0), tl.where((j2_voce_af_return_map_converged & fin), d119, K0), tl.where((j2_voce_af_return_map_converged & fin), d120, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 12:  # jacobian, total
-            cse_326 = (nx_0 * state_internal_gamma_rate)
-            cse_327 = (K8 * cse_326)
-            cse_328 = (cse_137 * cse_327)
-            cse_335 = (cse_150 * cse_327)
-            cse_338 = (cse_155 * cse_327)
-            cse_341 = (cse_159 * cse_326)
-            cse_346 = (cse_164 * cse_326)
-            cse_350 = (cse_169 * cse_326)
-            cse_353 = (K10 * state_internal_gamma_rate)
-            cse_354 = (cse_269 * state_internal_gamma_rate)
-            cse_356 = (cse_279 * state_internal_gamma_rate)
-            cse_357 = (cse_287 * state_internal_gamma_rate)
-            cse_358 = (cse_297 * state_internal_gamma_rate)
-            cse_360 = (cse_302 * state_internal_gamma_rate)
-            cse_362 = (cse_304 * state_internal_gamma_rate)
-            cse_363 = (state_internal_gamma_rate * state_internal_gamma_rate)
-            cse_364 = (-(p_E * state_internal_gamma_rate) + (cse_3 * cse_325 * cse_363))
+            cse_342 = (cse_150 * state_internal_gamma_rate)
+            cse_343 = (K6 * cse_342)
+            cse_344 = (cse_153 * cse_343)
+            cse_351 = (cse_165 * cse_343)
+            cse_354 = (cse_170 * cse_343)
+            cse_357 = (cse_133 * cse_342)
+            cse_362 = (cse_135 * cse_342)
+            cse_366 = (cse_137 * cse_342)
+            cse_369 = (K10 * state_internal_gamma_rate)
+            cse_370 = (cse_281 * state_internal_gamma_rate)
+            cse_372 = (cse_291 * state_internal_gamma_rate)
+            cse_373 = (cse_299 * state_internal_gamma_rate)
+            cse_374 = (cse_309 * state_internal_gamma_rate)
+            cse_376 = (cse_314 * state_internal_gamma_rate)
+            cse_378 = (cse_316 * state_internal_gamma_rate)
+            cse_379 = (-(p_E * state_internal_gamma_rate) + (cse_3 * cse_319 * cse_320 * cse_341))
             # linear solve 2: 14x14, 15 right-hand side(s) through elimination lu1
             (
                 ls2_124, ls2_125, ls2_126, ls2_127, ls2_128, ls2_129, ls2_130, ls2_131, ls2_132, ls2_133,
                 ls2_134, ls2_135, ls2_136, ls2_137,
             ) = _triton_lu1_forward1(
-                lu1_lu, cse_328, cse_335, cse_338, cse_341, cse_346, cse_350, cse_353, cse_354, cse_356,
-                cse_357, cse_358, cse_360, cse_362, cse_364, DTYPE)
-            ls2_138 = (-cse_328)
-            ls2_139 = (-cse_335)
-            ls2_140 = (-cse_338)
-            ls2_141 = (-cse_341)
-            ls2_142 = (-cse_346)
-            ls2_143 = (-cse_350)
-            ls2_144 = (-cse_353)
-            ls2_145 = (-cse_354)
-            ls2_146 = (-cse_356)
-            ls2_147 = (-cse_357)
-            ls2_148 = (-cse_358)
-            ls2_149 = (-cse_360)
-            ls2_150 = (-cse_362)
-            ls2_151 = (-cse_364)
+                lu1_lu, cse_344, cse_351, cse_354, cse_357, cse_362, cse_366, cse_369, cse_370, cse_372,
+                cse_373, cse_374, cse_376, cse_378, cse_379, DTYPE)
+            ls2_138 = (-cse_344)
+            ls2_139 = (-cse_351)
+            ls2_140 = (-cse_354)
+            ls2_141 = (-cse_357)
+            ls2_142 = (-cse_362)
+            ls2_143 = (-cse_366)
+            ls2_144 = (-cse_369)
+            ls2_145 = (-cse_370)
+            ls2_146 = (-cse_372)
+            ls2_147 = (-cse_373)
+            ls2_148 = (-cse_374)
+            ls2_149 = (-cse_376)
+            ls2_150 = (-cse_378)
+            ls2_151 = (-cse_379)
             (
                 ls2_152, ls2_153, ls2_154, ls2_155, ls2_156, ls2_157, ls2_158, ls2_159, ls2_160, ls2_161,
                 ls2_162, ls2_163, ls2_164, ls2_165,
@@ -4832,77 +4776,77 @@ if triton is not None:
             cse_115 = (cse_103 * cse_17)
             cse_116 = (cse_103 * cse_19)
             cse_117 = (cse_103 * cse_21)
-            cse_329 = (cse_145 * ((cse_144 * cse_94) + (cse_153 * cse_96) + (cse_157 * cse_97) - (cse_100 * cse_171) - (cse_161 * cse_98) - (cse_166 * cse_99)))
-            cse_330 = (cse_107 - (p_E * cse_11 * cse_5 * cse_8) - (K5 * p_E * p_nu * cse_109 * cse_5 * cse_8))
-            cse_331 = (-cse_104 - cse_330)
-            cse_332 = (-cse_114 - cse_330)
-            cse_333 = (-cse_113 - cse_330)
-            cse_334 = (cse_145 * ((cse_115 * cse_161) + (cse_116 * cse_166) + (cse_117 * cse_171) + (cse_144 * cse_331) + (cse_153 * cse_333) + (cse_157 * cse_332)))
-            cse_336 = (cse_145 * ((cse_153 * cse_94) + (cse_187 * cse_96) + (cse_190 * cse_97) - (cse_100 * cse_198) - (cse_192 * cse_98) - (cse_195 * cse_99)))
-            cse_337 = (cse_145 * ((cse_115 * cse_192) + (cse_116 * cse_195) + (cse_117 * cse_198) + (cse_153 * cse_331) + (cse_187 * cse_333) + (cse_190 * cse_332)))
-            cse_339 = (cse_145 * ((cse_157 * cse_94) + (cse_190 * cse_96) + (cse_210 * cse_97) - (cse_100 * cse_218) - (cse_212 * cse_98) - (cse_215 * cse_99)))
-            cse_340 = (cse_145 * ((cse_115 * cse_212) + (cse_116 * cse_215) + (cse_117 * cse_218) + (cse_157 * cse_331) + (cse_190 * cse_333) + (cse_210 * cse_332)))
-            cse_342 = (cse_232 * cse_99)
-            cse_343 = (cse_100 * cse_169)
-            cse_344 = (cse_145 * (-(cse_159 * cse_342) - (cse_161 * cse_94) - (cse_192 * cse_96) - (cse_212 * cse_97) - (cse_235 * cse_343) + (cse_17 * cse_230 * cse_5)))
-            cse_345 = (cse_145 * (-(cse_115 * cse_230) - (cse_161 * cse_331) - (cse_192 * cse_333) - (cse_212 * cse_332) + (K5 * p_E * cse_102 * cse_138 * cse_140 * cse_159 * cse_164 * cse_19) + (K5 * p_E * cse_102 * cse_138 * cse_140 * cse_159 * cse_169 * cse_21)))
-            cse_347 = (cse_159 * cse_98)
-            cse_348 = (cse_145 * (-(cse_166 * cse_94) - (cse_195 * cse_96) - (cse_215 * cse_97) - (cse_232 * cse_343) - (cse_232 * cse_347) + (cse_19 * cse_243 * cse_5)))
-            cse_349 = (cse_145 * (-(cse_116 * cse_243) - (cse_166 * cse_331) - (cse_195 * cse_333) - (cse_215 * cse_332) + (K5 * p_E * cse_102 * cse_138 * cse_140 * cse_159 * cse_164 * cse_17) + (K5 * p_E * cse_102 * cse_138 * cse_140 * cse_164 * cse_169 * cse_21)))
-            cse_351 = (cse_145 * (-(cse_169 * cse_342) - (cse_171 * cse_94) - (cse_198 * cse_96) - (cse_218 * cse_97) + (cse_21 * cse_249 * cse_5) - (cse_169 * cse_228 * cse_347)))
-            cse_352 = (cse_145 * (-(cse_117 * cse_249) - (cse_171 * cse_331) - (cse_198 * cse_333) - (cse_218 * cse_332) + (K5 * p_E * cse_102 * cse_138 * cse_140 * cse_159 * cse_169 * cse_17) + (K5 * p_E * cse_102 * cse_138 * cse_140 * cse_164 * cse_169 * cse_19)))
-            cse_355 = (cse_145 * cse_267)
-            cse_359 = (K2 * nx_0)
-            cse_361 = (cse_145 * cse_359)
-            cse_365 = (K5 * cse_139)
-            cse_366 = (cse_164 * cse_365)
-            cse_367 = (cse_169 * cse_365)
+            cse_345 = (cse_161 * ((cse_160 * cse_94) + (cse_168 * cse_96) + (cse_172 * cse_97) - (cse_100 * cse_183) - (cse_175 * cse_98) - (cse_179 * cse_99)))
+            cse_346 = (cse_107 - (p_E * cse_11 * cse_5 * cse_8) - (K1 * p_E * p_nu * cse_109 * cse_5 * cse_8))
+            cse_347 = (-cse_104 - cse_346)
+            cse_348 = (-cse_114 - cse_346)
+            cse_349 = (-cse_113 - cse_346)
+            cse_350 = (cse_161 * ((cse_115 * cse_175) + (cse_116 * cse_179) + (cse_117 * cse_183) + (cse_160 * cse_347) + (cse_168 * cse_349) + (cse_172 * cse_348)))
+            cse_352 = (cse_161 * ((cse_168 * cse_94) + (cse_199 * cse_96) + (cse_202 * cse_97) - (cse_100 * cse_210) - (cse_204 * cse_98) - (cse_207 * cse_99)))
+            cse_353 = (cse_161 * ((cse_115 * cse_204) + (cse_116 * cse_207) + (cse_117 * cse_210) + (cse_168 * cse_347) + (cse_199 * cse_349) + (cse_202 * cse_348)))
+            cse_355 = (cse_161 * ((cse_172 * cse_94) + (cse_202 * cse_96) + (cse_222 * cse_97) - (cse_100 * cse_230) - (cse_224 * cse_98) - (cse_227 * cse_99)))
+            cse_356 = (cse_161 * ((cse_115 * cse_224) + (cse_116 * cse_227) + (cse_117 * cse_230) + (cse_172 * cse_347) + (cse_202 * cse_349) + (cse_222 * cse_348)))
+            cse_358 = (cse_244 * cse_99)
+            cse_359 = (cse_100 * cse_137)
+            cse_360 = (cse_161 * (-(cse_133 * cse_358) - (cse_175 * cse_94) - (cse_204 * cse_96) - (cse_224 * cse_97) - (cse_247 * cse_359) + (cse_17 * cse_242 * cse_5)))
+            cse_361 = (cse_161 * (-(cse_115 * cse_242) - (cse_175 * cse_347) - (cse_204 * cse_349) - (cse_224 * cse_348) + (K1 * p_E * cse_102 * cse_133 * cse_135 * cse_154 * cse_156 * cse_19) + (K1 * p_E * cse_102 * cse_133 * cse_137 * cse_154 * cse_156 * cse_21)))
+            cse_363 = (cse_133 * cse_98)
+            cse_364 = (cse_161 * (-(cse_179 * cse_94) - (cse_207 * cse_96) - (cse_227 * cse_97) - (cse_244 * cse_359) - (cse_244 * cse_363) + (cse_19 * cse_255 * cse_5)))
+            cse_365 = (cse_161 * (-(cse_116 * cse_255) - (cse_179 * cse_347) - (cse_207 * cse_349) - (cse_227 * cse_348) + (K1 * p_E * cse_102 * cse_133 * cse_135 * cse_154 * cse_156 * cse_17) + (K1 * p_E * cse_102 * cse_135 * cse_137 * cse_154 * cse_156 * cse_21)))
+            cse_367 = (cse_161 * (-(cse_137 * cse_358) - (cse_183 * cse_94) - (cse_210 * cse_96) - (cse_230 * cse_97) + (cse_21 * cse_261 * cse_5) - (cse_137 * cse_240 * cse_363)))
+            cse_368 = (cse_161 * (-(cse_117 * cse_261) - (cse_183 * cse_347) - (cse_210 * cse_349) - (cse_230 * cse_348) + (K1 * p_E * cse_102 * cse_133 * cse_137 * cse_154 * cse_156 * cse_17) + (K1 * p_E * cse_102 * cse_135 * cse_137 * cse_154 * cse_156 * cse_19)))
+            cse_371 = (cse_161 * cse_279)
+            cse_375 = (K3 * cse_150)
+            cse_377 = (cse_161 * cse_375)
+            cse_380 = (K1 * cse_155)
+            cse_381 = (cse_135 * cse_380)
+            cse_382 = (cse_137 * cse_380)
             # linear solve 3: 14x14, 7 right-hand side(s) through elimination lu1
-            ls3_348 = (cse_253 * cse_329)
-            ls3_349 = (cse_253 * cse_336)
-            ls3_350 = (cse_253 * cse_339)
-            ls3_351 = (cse_253 * cse_344)
-            ls3_352 = (cse_253 * cse_348)
-            ls3_353 = (cse_253 * cse_351)
-            ls3_354 = (-cse_145 - (cse_307 * ((cse_100 * cse_367) + (cse_347 * cse_365) + (cse_366 * cse_99) + (cse_137 * cse_139 * cse_94) + (cse_139 * cse_150 * cse_96) + (cse_139 * cse_155 * cse_97))) + (K5 * p_E * cse_305 * cse_324 * cse_363))
+            ls3_348 = (cse_265 * cse_345)
+            ls3_349 = (cse_265 * cse_352)
+            ls3_350 = (cse_265 * cse_355)
+            ls3_351 = (cse_265 * cse_360)
+            ls3_352 = (cse_265 * cse_364)
+            ls3_353 = (cse_265 * cse_367)
+            ls3_354 = (-cse_161 - (cse_324 * ((cse_100 * cse_382) + (cse_363 * cse_380) + (cse_381 * cse_99) + (cse_153 * cse_155 * cse_94) + (cse_155 * cse_165 * cse_96) + (cse_155 * cse_170 * cse_97))) + (K1 * p_E * cse_319 * cse_321 * cse_323))
             (
                 ls3_355, ls3_356, ls3_357, ls3_358, ls3_359, ls3_360, ls3_362, ls3_363, ls3_364, ls3_365,
                 ls3_366, ls3_367, ls3_368,
             ) = _triton_lu1_forward2(
-                lu1_lu, cse_329, cse_336, cse_339, cse_344, cse_348, cse_351, ls3_348, ls3_349, ls3_350,
+                lu1_lu, cse_345, cse_352, cse_355, cse_360, cse_364, cse_367, ls3_348, ls3_349, ls3_350,
                 ls3_351, ls3_352, ls3_353, ls3_354, DTYPE)
-            ls3_369 = (cse_253 * cse_334)
-            ls3_370 = (cse_253 * cse_337)
-            ls3_371 = (cse_253 * cse_340)
-            ls3_372 = (cse_253 * cse_345)
-            ls3_373 = (cse_253 * cse_349)
-            ls3_374 = (cse_253 * cse_352)
-            ls3_375 = (-cse_307 * (-(cse_116 * cse_366) - (cse_117 * cse_367) + (cse_137 * cse_139 * cse_331) + (cse_139 * cse_150 * cse_333) + (cse_139 * cse_155 * cse_332) - (cse_115 * cse_159 * cse_365)))
+            ls3_369 = (cse_265 * cse_350)
+            ls3_370 = (cse_265 * cse_353)
+            ls3_371 = (cse_265 * cse_356)
+            ls3_372 = (cse_265 * cse_361)
+            ls3_373 = (cse_265 * cse_365)
+            ls3_374 = (cse_265 * cse_368)
+            ls3_375 = (-cse_324 * (-(cse_116 * cse_381) - (cse_117 * cse_382) + (cse_153 * cse_155 * cse_347) + (cse_155 * cse_165 * cse_349) + (cse_155 * cse_170 * cse_348) - (cse_115 * cse_133 * cse_380)))
             (
                 ls3_376, ls3_377, ls3_378, ls3_379, ls3_380, ls3_381, ls3_383, ls3_384, ls3_385, ls3_386,
                 ls3_387, ls3_388, ls3_389,
             ) = _triton_lu1_forward2(
-                lu1_lu, cse_334, cse_337, cse_340, cse_345, cse_349, cse_352, ls3_369, ls3_370, ls3_371,
+                lu1_lu, cse_350, cse_353, cse_356, cse_361, cse_365, cse_368, ls3_369, ls3_370, ls3_371,
                 ls3_372, ls3_373, ls3_374, ls3_375, DTYPE)
-            ls3_390 = (cse_306 * cse_322)
+            ls3_390 = (cse_317 * cse_339)
             ls3_404 = _triton_lu1_forward16(lu1_lu, ls3_390, DTYPE)
-            ls3_405 = (cse_323 * state_internal_ep)
+            ls3_405 = (cse_340 * state_internal_ep)
             ls3_419 = _triton_lu1_forward16(lu1_lu, ls3_405, DTYPE)
-            ls3_433 = _triton_lu1_forward16(lu1_lu, cse_322, DTYPE)
-            ls3_434 = (cse_137 * cse_355)
-            ls3_435 = (cse_150 * cse_355)
-            ls3_436 = (cse_155 * cse_355)
-            ls3_437 = (cse_238 * cse_359)
-            ls3_438 = (cse_164 * cse_361)
-            ls3_439 = (cse_169 * cse_361)
+            ls3_433 = _triton_lu1_forward16(lu1_lu, cse_339, DTYPE)
+            ls3_434 = (cse_153 * cse_371)
+            ls3_435 = (cse_165 * cse_371)
+            ls3_436 = (cse_170 * cse_371)
+            ls3_437 = (cse_250 * cse_375)
+            ls3_438 = (cse_135 * cse_377)
+            ls3_439 = (cse_137 * cse_377)
             (ls3_447, ls3_448, ls3_449, ls3_450, ls3_451, ls3_452, ls3_453) = _triton_lu1_forward17(
                 lu1_lu, ls3_434, ls3_435, ls3_436, ls3_437, ls3_438, ls3_439, DTYPE)
-            ls3_454 = (-cse_145 * state_internal_X_0)
-            ls3_455 = (-cse_145 * state_internal_X_1)
-            ls3_456 = (-cse_145 * state_internal_X_2)
-            ls3_457 = (-cse_145 * state_internal_X_3)
-            ls3_458 = (-cse_145 * state_internal_X_4)
-            ls3_459 = (-cse_145 * state_internal_X_5)
+            ls3_454 = (-cse_161 * state_internal_X_0)
+            ls3_455 = (-cse_161 * state_internal_X_1)
+            ls3_456 = (-cse_161 * state_internal_X_2)
+            ls3_457 = (-cse_161 * state_internal_X_3)
+            ls3_458 = (-cse_161 * state_internal_X_4)
+            ls3_459 = (-cse_161 * state_internal_X_5)
             (ls3_467, ls3_468, ls3_469, ls3_470, ls3_471, ls3_472, ls3_473) = _triton_lu1_forward17(
                 lu1_lu, ls3_454, ls3_455, ls3_456, ls3_457, ls3_458, ls3_459, DTYPE)
             (
@@ -5001,7 +4945,7 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d149, K0), tl.where((j2_voce_af_return_map_converged & fin), d163, K0), tl.where((j2_voce_af_return_map_converged & fin), d177, K0), tl.where((j2_voce_af_return_map_converged & fin), d191, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d205, K0), tl.where((j2_voce_af_return_map_converged & fin), d219, K0), tl.where((j2_voce_af_return_map_converged & fin), d233, K0), tl.where((j2_voce_af_return_map_converged & fin), d247, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d261, K0), tl.where((j2_voce_af_return_map_converged & fin), d275, K0), tl.where((j2_voce_af_return_map_converged & fin), d289, K0), tl.where((j2_voce_af_return_map_converged & fin), d303, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d317, K0), tl.where((j2_voce_af_return_map_converged & fin), K7, K0), tl.where((j2_voce_af_return_map_converged & fin), d2, K0), tl.where((j2_voce_af_return_map_converged & fin), d16, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d317, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0), tl.where((j2_voce_af_return_map_converged & fin), d2, K0), tl.where((j2_voce_af_return_map_converged & fin), d16, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d30, K0), tl.where((j2_voce_af_return_map_converged & fin), d44, K0), tl.where((j2_voce_af_return_map_converged & fin), d58, K0), tl.where((j2_voce_af_return_map_converged & fin), d72, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d122, K0), tl.where((j2_voce_af_return_map_converged & fin), d136, K0), tl.where((j2_voce_af_return_map_converged & fin), d150, K0), tl.where((j2_voce_af_return_map_converged & fin), d164, K0), BLOCK)
             _k17 = tl.arange(0, 32)[None, :]
@@ -5009,7 +4953,7 @@ if triton is not None:
             _row18 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d178, K0), tl.where((j2_voce_af_return_map_converged & fin), d192, K0), tl.where((j2_voce_af_return_map_converged & fin), d206, K0), tl.where((j2_voce_af_return_map_converged & fin), d220, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d234, K0), tl.where((j2_voce_af_return_map_converged & fin), d248, K0), tl.where((j2_voce_af_return_map_converged & fin), d262, K0), tl.where((j2_voce_af_return_map_converged & fin), d276, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d290, K0), tl.where((j2_voce_af_return_map_converged & fin), d304, K0), tl.where((j2_voce_af_return_map_converged & fin), d318, K0), tl.where((j2_voce_af_return_map_converged & fin), K7, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d290, K0), tl.where((j2_voce_af_return_map_converged & fin), d304, K0), tl.where((j2_voce_af_return_map_converged & fin), d318, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d3, K0), tl.where((j2_voce_af_return_map_converged & fin), d17, K0), tl.where((j2_voce_af_return_map_converged & fin), d31, K0), tl.where((j2_voce_af_return_map_converged & fin), d45, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d59, K0), tl.where((j2_voce_af_return_map_converged & fin), d73, K0), tl.where((j2_voce_af_return_map_converged & fin), d123, K0), tl.where((j2_voce_af_return_map_converged & fin), d137, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d151, K0), tl.where((j2_voce_af_return_map_converged & fin), d165, K0), tl.where((j2_voce_af_return_map_converged & fin), d179, K0), tl.where((j2_voce_af_return_map_converged & fin), d193, K0),
@@ -5018,12 +4962,12 @@ if triton is not None:
             _k19 = tl.arange(0, 32)[None, :] + 32
             _mc_store(J + row[:, None] * j_stride + _k19 + (_k19 // 22) * (7 * (V // 8)), _row18, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
             _row20 = _mc_row32(
-                tl.where((j2_voce_af_return_map_converged & fin), d319, K0), tl.where((j2_voce_af_return_map_converged & fin), K7, K0), tl.where((j2_voce_af_return_map_converged & fin), d4, K0), tl.where((j2_voce_af_return_map_converged & fin), d18, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d319, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0), tl.where((j2_voce_af_return_map_converged & fin), d4, K0), tl.where((j2_voce_af_return_map_converged & fin), d18, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d32, K0), tl.where((j2_voce_af_return_map_converged & fin), d46, K0), tl.where((j2_voce_af_return_map_converged & fin), d60, K0), tl.where((j2_voce_af_return_map_converged & fin), d74, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d124, K0), tl.where((j2_voce_af_return_map_converged & fin), d138, K0), tl.where((j2_voce_af_return_map_converged & fin), d152, K0), tl.where((j2_voce_af_return_map_converged & fin), d166, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d180, K0), tl.where((j2_voce_af_return_map_converged & fin), d194, K0), tl.where((j2_voce_af_return_map_converged & fin), d208, K0), tl.where((j2_voce_af_return_map_converged & fin), d222, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d236, K0), tl.where((j2_voce_af_return_map_converged & fin), d250, K0), tl.where((j2_voce_af_return_map_converged & fin), d264, K0), tl.where((j2_voce_af_return_map_converged & fin), d278, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d292, K0), tl.where((j2_voce_af_return_map_converged & fin), d306, K0), tl.where((j2_voce_af_return_map_converged & fin), d320, K0), tl.where((j2_voce_af_return_map_converged & fin), K7, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d292, K0), tl.where((j2_voce_af_return_map_converged & fin), d306, K0), tl.where((j2_voce_af_return_map_converged & fin), d320, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d5, K0), tl.where((j2_voce_af_return_map_converged & fin), d19, K0), tl.where((j2_voce_af_return_map_converged & fin), d33, K0), tl.where((j2_voce_af_return_map_converged & fin), d47, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d61, K0), tl.where((j2_voce_af_return_map_converged & fin), d75, K0), tl.where((j2_voce_af_return_map_converged & fin), d125, K0), tl.where((j2_voce_af_return_map_converged & fin), d139, K0), BLOCK)
             _k21 = tl.arange(0, 32)[None, :] + 64
@@ -5032,7 +4976,7 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d153, K0), tl.where((j2_voce_af_return_map_converged & fin), d167, K0), tl.where((j2_voce_af_return_map_converged & fin), d181, K0), tl.where((j2_voce_af_return_map_converged & fin), d195, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d209, K0), tl.where((j2_voce_af_return_map_converged & fin), d223, K0), tl.where((j2_voce_af_return_map_converged & fin), d237, K0), tl.where((j2_voce_af_return_map_converged & fin), d251, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d265, K0), tl.where((j2_voce_af_return_map_converged & fin), d279, K0), tl.where((j2_voce_af_return_map_converged & fin), d293, K0), tl.where((j2_voce_af_return_map_converged & fin), d307, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d321, K0), tl.where((j2_voce_af_return_map_converged & fin), K7, K0), tl.where((j2_voce_af_return_map_converged & fin), d6, K0), tl.where((j2_voce_af_return_map_converged & fin), d20, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d321, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0), tl.where((j2_voce_af_return_map_converged & fin), d6, K0), tl.where((j2_voce_af_return_map_converged & fin), d20, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d34, K0), tl.where((j2_voce_af_return_map_converged & fin), d48, K0), tl.where((j2_voce_af_return_map_converged & fin), d62, K0), tl.where((j2_voce_af_return_map_converged & fin), d76, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d126, K0), tl.where((j2_voce_af_return_map_converged & fin), d140, K0), tl.where((j2_voce_af_return_map_converged & fin), d154, K0), tl.where((j2_voce_af_return_map_converged & fin), d168, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d182, K0), tl.where((j2_voce_af_return_map_converged & fin), d196, K0), tl.where((j2_voce_af_return_map_converged & fin), d210, K0), tl.where((j2_voce_af_return_map_converged & fin), d224, K0),
@@ -5040,13 +4984,13 @@ if triton is not None:
             _k23 = tl.arange(0, 32)[None, :] + 96
             _mc_store(J + row[:, None] * j_stride + _k23 + (_k23 // 22) * (7 * (V // 8)), _row22, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
             _row24 = _mc_row32(
-                tl.where((j2_voce_af_return_map_converged & fin), d294, K0), tl.where((j2_voce_af_return_map_converged & fin), d308, K0), tl.where((j2_voce_af_return_map_converged & fin), d322, K0), tl.where((j2_voce_af_return_map_converged & fin), K7, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d294, K0), tl.where((j2_voce_af_return_map_converged & fin), d308, K0), tl.where((j2_voce_af_return_map_converged & fin), d322, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d7, K0), tl.where((j2_voce_af_return_map_converged & fin), d21, K0), tl.where((j2_voce_af_return_map_converged & fin), d35, K0), tl.where((j2_voce_af_return_map_converged & fin), d49, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d63, K0), tl.where((j2_voce_af_return_map_converged & fin), d77, K0), tl.where((j2_voce_af_return_map_converged & fin), d127, K0), tl.where((j2_voce_af_return_map_converged & fin), d141, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d155, K0), tl.where((j2_voce_af_return_map_converged & fin), d169, K0), tl.where((j2_voce_af_return_map_converged & fin), d183, K0), tl.where((j2_voce_af_return_map_converged & fin), d197, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d211, K0), tl.where((j2_voce_af_return_map_converged & fin), d225, K0), tl.where((j2_voce_af_return_map_converged & fin), d239, K0), tl.where((j2_voce_af_return_map_converged & fin), d253, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d267, K0), tl.where((j2_voce_af_return_map_converged & fin), d281, K0), tl.where((j2_voce_af_return_map_converged & fin), d295, K0), tl.where((j2_voce_af_return_map_converged & fin), d309, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d323, K0), tl.where((j2_voce_af_return_map_converged & fin), K7, K0), tl.where((j2_voce_af_return_map_converged & fin), d8, K0), tl.where((j2_voce_af_return_map_converged & fin), d22, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d323, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0), tl.where((j2_voce_af_return_map_converged & fin), d8, K0), tl.where((j2_voce_af_return_map_converged & fin), d22, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d36, K0), tl.where((j2_voce_af_return_map_converged & fin), d50, K0), tl.where((j2_voce_af_return_map_converged & fin), d64, K0), tl.where((j2_voce_af_return_map_converged & fin), d78, K0), BLOCK)
             _k25 = tl.arange(0, 32)[None, :] + 128
             _mc_store(J + row[:, None] * j_stride + _k25 + (_k25 // 22) * (7 * (V // 8)), _row24, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
@@ -5054,7 +4998,7 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d128, K0), tl.where((j2_voce_af_return_map_converged & fin), d142, K0), tl.where((j2_voce_af_return_map_converged & fin), d156, K0), tl.where((j2_voce_af_return_map_converged & fin), d170, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d184, K0), tl.where((j2_voce_af_return_map_converged & fin), d198, K0), tl.where((j2_voce_af_return_map_converged & fin), d212, K0), tl.where((j2_voce_af_return_map_converged & fin), d226, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d240, K0), tl.where((j2_voce_af_return_map_converged & fin), d254, K0), tl.where((j2_voce_af_return_map_converged & fin), d268, K0), tl.where((j2_voce_af_return_map_converged & fin), d282, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d296, K0), tl.where((j2_voce_af_return_map_converged & fin), d310, K0), tl.where((j2_voce_af_return_map_converged & fin), d324, K0), tl.where((j2_voce_af_return_map_converged & fin), K7, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d296, K0), tl.where((j2_voce_af_return_map_converged & fin), d310, K0), tl.where((j2_voce_af_return_map_converged & fin), d324, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d9, K0), tl.where((j2_voce_af_return_map_converged & fin), d23, K0), tl.where((j2_voce_af_return_map_converged & fin), d37, K0), tl.where((j2_voce_af_return_map_converged & fin), d51, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d65, K0), tl.where((j2_voce_af_return_map_converged & fin), d79, K0), tl.where((j2_voce_af_return_map_converged & fin), d129, K0), tl.where((j2_voce_af_return_map_converged & fin), d143, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d157, K0), tl.where((j2_voce_af_return_map_converged & fin), d171, K0), tl.where((j2_voce_af_return_map_converged & fin), d185, K0), tl.where((j2_voce_af_return_map_converged & fin), d199, K0),
@@ -5063,12 +5007,12 @@ if triton is not None:
             _mc_store(J + row[:, None] * j_stride + _k27 + (_k27 // 22) * (7 * (V // 8)), _row26, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
             _row28 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d269, K0), tl.where((j2_voce_af_return_map_converged & fin), d283, K0), tl.where((j2_voce_af_return_map_converged & fin), d297, K0), tl.where((j2_voce_af_return_map_converged & fin), d311, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d325, K0), tl.where((j2_voce_af_return_map_converged & fin), K7, K0), tl.where((j2_voce_af_return_map_converged & fin), d10, K0), tl.where((j2_voce_af_return_map_converged & fin), d24, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d325, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0), tl.where((j2_voce_af_return_map_converged & fin), d10, K0), tl.where((j2_voce_af_return_map_converged & fin), d24, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d38, K0), tl.where((j2_voce_af_return_map_converged & fin), d52, K0), tl.where((j2_voce_af_return_map_converged & fin), d66, K0), tl.where((j2_voce_af_return_map_converged & fin), d80, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d130, K0), tl.where((j2_voce_af_return_map_converged & fin), d144, K0), tl.where((j2_voce_af_return_map_converged & fin), d158, K0), tl.where((j2_voce_af_return_map_converged & fin), d172, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d186, K0), tl.where((j2_voce_af_return_map_converged & fin), d200, K0), tl.where((j2_voce_af_return_map_converged & fin), d214, K0), tl.where((j2_voce_af_return_map_converged & fin), d228, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d242, K0), tl.where((j2_voce_af_return_map_converged & fin), d256, K0), tl.where((j2_voce_af_return_map_converged & fin), d270, K0), tl.where((j2_voce_af_return_map_converged & fin), d284, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d298, K0), tl.where((j2_voce_af_return_map_converged & fin), d312, K0), tl.where((j2_voce_af_return_map_converged & fin), d326, K0), tl.where((j2_voce_af_return_map_converged & fin), K7, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d298, K0), tl.where((j2_voce_af_return_map_converged & fin), d312, K0), tl.where((j2_voce_af_return_map_converged & fin), d326, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d11, K0), tl.where((j2_voce_af_return_map_converged & fin), d25, K0), tl.where((j2_voce_af_return_map_converged & fin), d39, K0), tl.where((j2_voce_af_return_map_converged & fin), d53, K0), BLOCK)
             _k29 = tl.arange(0, 32)[None, :] + 192
             _mc_store(J + row[:, None] * j_stride + _k29 + (_k29 // 22) * (7 * (V // 8)), _row28, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
@@ -5077,7 +5021,7 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d159, K0), tl.where((j2_voce_af_return_map_converged & fin), d173, K0), tl.where((j2_voce_af_return_map_converged & fin), d187, K0), tl.where((j2_voce_af_return_map_converged & fin), d201, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d215, K0), tl.where((j2_voce_af_return_map_converged & fin), d229, K0), tl.where((j2_voce_af_return_map_converged & fin), d243, K0), tl.where((j2_voce_af_return_map_converged & fin), d257, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d271, K0), tl.where((j2_voce_af_return_map_converged & fin), d285, K0), tl.where((j2_voce_af_return_map_converged & fin), d299, K0), tl.where((j2_voce_af_return_map_converged & fin), d313, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d327, K0), tl.where((j2_voce_af_return_map_converged & fin), K7, K0), tl.where((j2_voce_af_return_map_converged & fin), d12, K0), tl.where((j2_voce_af_return_map_converged & fin), d26, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d327, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0), tl.where((j2_voce_af_return_map_converged & fin), d12, K0), tl.where((j2_voce_af_return_map_converged & fin), d26, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d40, K0), tl.where((j2_voce_af_return_map_converged & fin), d54, K0), tl.where((j2_voce_af_return_map_converged & fin), d68, K0), tl.where((j2_voce_af_return_map_converged & fin), d82, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d132, K0), tl.where((j2_voce_af_return_map_converged & fin), d146, K0), tl.where((j2_voce_af_return_map_converged & fin), d160, K0), tl.where((j2_voce_af_return_map_converged & fin), d174, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d188, K0), tl.where((j2_voce_af_return_map_converged & fin), d202, K0), tl.where((j2_voce_af_return_map_converged & fin), d216, K0), tl.where((j2_voce_af_return_map_converged & fin), d230, K0), BLOCK)
@@ -5085,13 +5029,13 @@ if triton is not None:
             _mc_store(J + row[:, None] * j_stride + _k31 + (_k31 // 22) * (7 * (V // 8)), _row30, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
             _row32 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d244, K0), tl.where((j2_voce_af_return_map_converged & fin), d258, K0), tl.where((j2_voce_af_return_map_converged & fin), d272, K0), tl.where((j2_voce_af_return_map_converged & fin), d286, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d300, K0), tl.where((j2_voce_af_return_map_converged & fin), d314, K0), tl.where((j2_voce_af_return_map_converged & fin), d328, K0), tl.where((j2_voce_af_return_map_converged & fin), K7, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d300, K0), tl.where((j2_voce_af_return_map_converged & fin), d314, K0), tl.where((j2_voce_af_return_map_converged & fin), d328, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d13, K0), tl.where((j2_voce_af_return_map_converged & fin), d27, K0), tl.where((j2_voce_af_return_map_converged & fin), d41, K0), tl.where((j2_voce_af_return_map_converged & fin), d55, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d69, K0), tl.where((j2_voce_af_return_map_converged & fin), d83, K0), tl.where((j2_voce_af_return_map_converged & fin), d133, K0), tl.where((j2_voce_af_return_map_converged & fin), d147, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d161, K0), tl.where((j2_voce_af_return_map_converged & fin), d175, K0), tl.where((j2_voce_af_return_map_converged & fin), d189, K0), tl.where((j2_voce_af_return_map_converged & fin), d203, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d217, K0), tl.where((j2_voce_af_return_map_converged & fin), d231, K0), tl.where((j2_voce_af_return_map_converged & fin), d245, K0), tl.where((j2_voce_af_return_map_converged & fin), d259, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d273, K0), tl.where((j2_voce_af_return_map_converged & fin), d287, K0), tl.where((j2_voce_af_return_map_converged & fin), d301, K0), tl.where((j2_voce_af_return_map_converged & fin), d315, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d329, K0), tl.where((j2_voce_af_return_map_converged & fin), K7, K0), tl.where((j2_voce_af_return_map_converged & fin), d14, K0), tl.where((j2_voce_af_return_map_converged & fin), d28, K0), BLOCK)
+                tl.where((j2_voce_af_return_map_converged & fin), d329, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0), tl.where((j2_voce_af_return_map_converged & fin), d14, K0), tl.where((j2_voce_af_return_map_converged & fin), d28, K0), BLOCK)
             _k33 = tl.arange(0, 32)[None, :] + 256
             _mc_store(J + row[:, None] * j_stride + _k33 + (_k33 // 22) * (7 * (V // 8)), _row32, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
             _row34 = _mc_row32(
@@ -5099,7 +5043,7 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d134, K0), tl.where((j2_voce_af_return_map_converged & fin), d148, K0), tl.where((j2_voce_af_return_map_converged & fin), d162, K0), tl.where((j2_voce_af_return_map_converged & fin), d176, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d190, K0), tl.where((j2_voce_af_return_map_converged & fin), d204, K0), tl.where((j2_voce_af_return_map_converged & fin), d218, K0), tl.where((j2_voce_af_return_map_converged & fin), d232, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d246, K0), tl.where((j2_voce_af_return_map_converged & fin), d260, K0), tl.where((j2_voce_af_return_map_converged & fin), d274, K0), tl.where((j2_voce_af_return_map_converged & fin), d288, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d302, K0), tl.where((j2_voce_af_return_map_converged & fin), d316, K0), tl.where((j2_voce_af_return_map_converged & fin), d330, K0), tl.where((j2_voce_af_return_map_converged & fin), K7, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d302, K0), tl.where((j2_voce_af_return_map_converged & fin), d316, K0), tl.where((j2_voce_af_return_map_converged & fin), d330, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d85, K0), tl.where((j2_voce_af_return_map_converged & fin), d86, K0), tl.where((j2_voce_af_return_map_converged & fin), d87, K0), tl.where((j2_voce_af_return_map_converged & fin), d88, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d89, K0), tl.where((j2_voce_af_return_map_converged & fin), d90, K0), tl.where((j2_voce_af_return_map_converged & fin), d331, K0), tl.where((j2_voce_af_return_map_converged & fin), d337, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d343, K0), tl.where((j2_voce_af_return_map_converged & fin), d344, K0), tl.where((j2_voce_af_return_map_converged & fin), d345, K0), tl.where((j2_voce_af_return_map_converged & fin), d346, K0), BLOCK)
@@ -5108,12 +5052,12 @@ if triton is not None:
             _row36 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d347, K0), tl.where((j2_voce_af_return_map_converged & fin), d348, K0), tl.where((j2_voce_af_return_map_converged & fin), d379, K0), tl.where((j2_voce_af_return_map_converged & fin), d385, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d386, K0), tl.where((j2_voce_af_return_map_converged & fin), d387, K0), tl.where((j2_voce_af_return_map_converged & fin), d388, K0), tl.where((j2_voce_af_return_map_converged & fin), d389, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d390, K0), tl.where((j2_voce_af_return_map_converged & fin), K7, K0), tl.where((j2_voce_af_return_map_converged & fin), d91, K0), tl.where((j2_voce_af_return_map_converged & fin), d92, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d390, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0), tl.where((j2_voce_af_return_map_converged & fin), d91, K0), tl.where((j2_voce_af_return_map_converged & fin), d92, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d93, K0), tl.where((j2_voce_af_return_map_converged & fin), d94, K0), tl.where((j2_voce_af_return_map_converged & fin), d95, K0), tl.where((j2_voce_af_return_map_converged & fin), d96, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d332, K0), tl.where((j2_voce_af_return_map_converged & fin), d338, K0), tl.where((j2_voce_af_return_map_converged & fin), d349, K0), tl.where((j2_voce_af_return_map_converged & fin), d350, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d351, K0), tl.where((j2_voce_af_return_map_converged & fin), d352, K0), tl.where((j2_voce_af_return_map_converged & fin), d353, K0), tl.where((j2_voce_af_return_map_converged & fin), d354, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d380, K0), tl.where((j2_voce_af_return_map_converged & fin), d391, K0), tl.where((j2_voce_af_return_map_converged & fin), d392, K0), tl.where((j2_voce_af_return_map_converged & fin), d393, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d394, K0), tl.where((j2_voce_af_return_map_converged & fin), d395, K0), tl.where((j2_voce_af_return_map_converged & fin), d396, K0), tl.where((j2_voce_af_return_map_converged & fin), K7, K0), BLOCK)
+                tl.where((j2_voce_af_return_map_converged & fin), d394, K0), tl.where((j2_voce_af_return_map_converged & fin), d395, K0), tl.where((j2_voce_af_return_map_converged & fin), d396, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0), BLOCK)
             _k37 = tl.arange(0, 32)[None, :] + 320
             _mc_store(J + row[:, None] * j_stride + _k37 + (_k37 // 22) * (7 * (V // 8)), _row36, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
             _row38 = _mc_row32(
@@ -5122,7 +5066,7 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d355, K0), tl.where((j2_voce_af_return_map_converged & fin), d356, K0), tl.where((j2_voce_af_return_map_converged & fin), d357, K0), tl.where((j2_voce_af_return_map_converged & fin), d358, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d359, K0), tl.where((j2_voce_af_return_map_converged & fin), d360, K0), tl.where((j2_voce_af_return_map_converged & fin), d381, K0), tl.where((j2_voce_af_return_map_converged & fin), d397, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d398, K0), tl.where((j2_voce_af_return_map_converged & fin), d399, K0), tl.where((j2_voce_af_return_map_converged & fin), d400, K0), tl.where((j2_voce_af_return_map_converged & fin), d401, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d402, K0), tl.where((j2_voce_af_return_map_converged & fin), K7, K0), tl.where((j2_voce_af_return_map_converged & fin), d103, K0), tl.where((j2_voce_af_return_map_converged & fin), d104, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d402, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0), tl.where((j2_voce_af_return_map_converged & fin), d103, K0), tl.where((j2_voce_af_return_map_converged & fin), d104, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d105, K0), tl.where((j2_voce_af_return_map_converged & fin), d106, K0), tl.where((j2_voce_af_return_map_converged & fin), d107, K0), tl.where((j2_voce_af_return_map_converged & fin), d108, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d334, K0), tl.where((j2_voce_af_return_map_converged & fin), d340, K0), tl.where((j2_voce_af_return_map_converged & fin), d361, K0), tl.where((j2_voce_af_return_map_converged & fin), d362, K0), BLOCK)
             _k39 = tl.arange(0, 32)[None, :] + 352
@@ -5130,7 +5074,7 @@ if triton is not None:
             _row40 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d363, K0), tl.where((j2_voce_af_return_map_converged & fin), d364, K0), tl.where((j2_voce_af_return_map_converged & fin), d365, K0), tl.where((j2_voce_af_return_map_converged & fin), d366, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d382, K0), tl.where((j2_voce_af_return_map_converged & fin), d403, K0), tl.where((j2_voce_af_return_map_converged & fin), d404, K0), tl.where((j2_voce_af_return_map_converged & fin), d405, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d406, K0), tl.where((j2_voce_af_return_map_converged & fin), d407, K0), tl.where((j2_voce_af_return_map_converged & fin), d408, K0), tl.where((j2_voce_af_return_map_converged & fin), K7, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d406, K0), tl.where((j2_voce_af_return_map_converged & fin), d407, K0), tl.where((j2_voce_af_return_map_converged & fin), d408, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d109, K0), tl.where((j2_voce_af_return_map_converged & fin), d110, K0), tl.where((j2_voce_af_return_map_converged & fin), d111, K0), tl.where((j2_voce_af_return_map_converged & fin), d112, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d113, K0), tl.where((j2_voce_af_return_map_converged & fin), d114, K0), tl.where((j2_voce_af_return_map_converged & fin), d335, K0), tl.where((j2_voce_af_return_map_converged & fin), d341, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d367, K0), tl.where((j2_voce_af_return_map_converged & fin), d368, K0), tl.where((j2_voce_af_return_map_converged & fin), d369, K0), tl.where((j2_voce_af_return_map_converged & fin), d370, K0),
@@ -5140,12 +5084,12 @@ if triton is not None:
             _mc_store(J + row[:, None] * j_stride + _k41 + (_k41 // 22) * (7 * (V // 8)), _row40, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
             _zero42 = tl.zeros([BLOCK], dtype=DTYPE)
             _row43 = _mc_row32(
-                tl.where((j2_voce_af_return_map_converged & fin), d414, K0), tl.where((j2_voce_af_return_map_converged & fin), K7, K0), tl.where((j2_voce_af_return_map_converged & fin), d115, K0), tl.where((j2_voce_af_return_map_converged & fin), d116, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d414, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0), tl.where((j2_voce_af_return_map_converged & fin), d115, K0), tl.where((j2_voce_af_return_map_converged & fin), d116, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d117, K0), tl.where((j2_voce_af_return_map_converged & fin), d118, K0), tl.where((j2_voce_af_return_map_converged & fin), d119, K0), tl.where((j2_voce_af_return_map_converged & fin), d120, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d336, K0), tl.where((j2_voce_af_return_map_converged & fin), d342, K0), tl.where((j2_voce_af_return_map_converged & fin), d373, K0), tl.where((j2_voce_af_return_map_converged & fin), d374, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d375, K0), tl.where((j2_voce_af_return_map_converged & fin), d376, K0), tl.where((j2_voce_af_return_map_converged & fin), d377, K0), tl.where((j2_voce_af_return_map_converged & fin), d378, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d384, K0), tl.where((j2_voce_af_return_map_converged & fin), d415, K0), tl.where((j2_voce_af_return_map_converged & fin), d416, K0), tl.where((j2_voce_af_return_map_converged & fin), d417, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d418, K0), tl.where((j2_voce_af_return_map_converged & fin), d419, K0), tl.where((j2_voce_af_return_map_converged & fin), d420, K0), tl.where((j2_voce_af_return_map_converged & fin), K7, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d418, K0), tl.where((j2_voce_af_return_map_converged & fin), d419, K0), tl.where((j2_voce_af_return_map_converged & fin), d420, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0),
                 _zero42, _zero42, _zero42, _zero42,
                 _zero42, _zero42, _zero42, _zero42, BLOCK)
             _k44 = tl.arange(0, 32)[None, :] + 416
@@ -5228,8 +5172,8 @@ C_SOURCE = r'''
 /* MC_PARTS value:0,tangent:0,jacobian:1,total:1 (entry point: part; -DMC_PART=k builds part k alone) */
 /* MC_WIDTHS x=6,1,1,6,1,6,1 tangent=36 jacobian=440 total=580 (per point: the inputs' components in argument order, each derivative entry point's entries) */
 #include "modelc_kernel.h"
-#if MC_KERNEL_ABI != 5
-#error "this source needs modelc_kernel.h ABI 5: regenerate it with the installed modelc"
+#if MC_KERNEL_ABI != 6
+#error "this source needs modelc_kernel.h ABI 6: regenerate it with the installed modelc"
 #endif
 
 /* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X[0], state/internal/X[1], state/internal/X[2], state/internal/X[3], state/internal/X[4], state/internal/X[5], state/internal/gamma_rate: the lanes of a block iterate together until none is active.
@@ -5260,8 +5204,7 @@ MC_INLINE void newton_1_iterate(
     int *restrict v_j2_voce_af_return_map_converged,
     int *restrict v_j2_voce_af_return_map_iterations,
     real *restrict v_j2_voce_af_return_map_residual_norm, real *restrict v_nx_0,
-    real *restrict v_nx_1, real *restrict v_nx_2, real *restrict v_nx_3, const mc_args *restrict a,
-    const int V) {
+    const mc_args *restrict a, const int V) {
     real mc_A[196 * MC_W], mc_B[14 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
     real
@@ -5540,10 +5483,7 @@ MC_INLINE void newton_1_iterate(
         const int nt1_scaled5 = (nt1_scaled4 & (fabs(nt1_r_10) <= (nt1_rtol * ((((real)3e+38) - ncse_229) > 0 ? ncse_229 : ((real)0.0)))) & (fabs(nt1_r_11) <= (nt1_rtol * ((((real)3e+38) - ncse_230) > 0 ? ncse_230 : ((real)0.0)))));
         const int nt1_scaled6 = (nt1_scaled5 & (fabs(nt1_r_12) <= (nt1_rtol * ((((real)3e+38) - ncse_231) > 0 ? ncse_231 : ((real)0.0)))) & (fabs(nt1_r_13) <= (nt1_rtol * ((((real)3e+38) - ncse_232) > 0 ? ncse_232 : ((real)0.0)))));
         const int nt1_ok = (nt1_scaled6 | (j2_voce_af_return_map_residual_norm <= nt1_atol));
-        v_nx_0[l] = ncse_35;
-        v_nx_1[l] = ncse_34;
-        v_nx_2[l] = ncse_53;
-        v_nx_3[l] = ncse_56;
+        v_nx_0[l] = ncse_53;
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_j2_voce_af_return_map_converged[l] = mc_was ? nt1_ok : v_j2_voce_af_return_map_converged[l];
@@ -6971,7 +6911,7 @@ static void newton_1(
     real *restrict v_state_internal_gamma_rate, int *restrict v_j2_voce_af_return_map_converged,
     int *restrict v_j2_voce_af_return_map_iterations,
     real *restrict v_j2_voce_af_return_map_residual_norm, real *restrict v_nx_0,
-    real *restrict v_nx_1, real *restrict v_nx_2, real *restrict v_nx_3, const mc_args *restrict a) {
+    const mc_args *restrict a) {
     newton_1_iterate(
         v_p_C, v_p_E, v_p_R, v_p_d, v_p_g, v_p_nu, v_p_sigma_y, v_forces_E_0, v_forces_E_1,
         v_forces_E_2, v_forces_E_3, v_forces_E_4, v_forces_E_5, v_forces_t, v_old_forces_t,
@@ -6984,8 +6924,7 @@ static void newton_1(
         v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_X_0, v_state_internal_X_1,
         v_state_internal_X_2, v_state_internal_X_3, v_state_internal_X_4, v_state_internal_X_5,
         v_state_internal_gamma_rate, v_j2_voce_af_return_map_converged,
-        v_j2_voce_af_return_map_iterations, v_j2_voce_af_return_map_residual_norm, v_nx_0, v_nx_1,
-        v_nx_2, v_nx_3, a, 2);
+        v_j2_voce_af_return_map_iterations, v_j2_voce_af_return_map_residual_norm, v_nx_0, a, 2);
 }
 static void newton_1_lu(
     const real *restrict v_p_C, const real *restrict v_p_E, const real *restrict v_p_R,
@@ -7012,7 +6951,7 @@ static void newton_1_lu(
     int *restrict v_j2_voce_af_return_map_converged,
     int *restrict v_j2_voce_af_return_map_iterations,
     real *restrict v_j2_voce_af_return_map_residual_norm, real *restrict v_nx_0,
-    real *restrict v_nx_1, real *restrict v_nx_2, real *restrict v_nx_3, const mc_args *restrict a) {
+    const mc_args *restrict a) {
     newton_1_iterate(
         v_p_C, v_p_E, v_p_R, v_p_d, v_p_g, v_p_nu, v_p_sigma_y, v_forces_E_0, v_forces_E_1,
         v_forces_E_2, v_forces_E_3, v_forces_E_4, v_forces_E_5, v_forces_t, v_old_forces_t,
@@ -7025,8 +6964,7 @@ static void newton_1_lu(
         v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_X_0, v_state_internal_X_1,
         v_state_internal_X_2, v_state_internal_X_3, v_state_internal_X_4, v_state_internal_X_5,
         v_state_internal_gamma_rate, v_j2_voce_af_return_map_converged,
-        v_j2_voce_af_return_map_iterations, v_j2_voce_af_return_map_residual_norm, v_nx_0, v_nx_1,
-        v_nx_2, v_nx_3, a, 1);
+        v_j2_voce_af_return_map_iterations, v_j2_voce_af_return_map_residual_norm, v_nx_0, a, 1);
 }
 
 MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int nl, const int V) {
@@ -7099,20 +7037,20 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         v_state_internal_ep[MC_W], v_state_internal_X_0[MC_W], v_state_internal_X_1[MC_W],
         v_state_internal_X_2[MC_W], v_state_internal_X_3[MC_W], v_state_internal_X_4[MC_W],
         v_state_internal_X_5[MC_W], v_state_internal_gamma_rate[MC_W],
-        v_j2_voce_af_return_map_residual_norm[MC_W], v_nx_0[MC_W], v_nx_1[MC_W], v_nx_2[MC_W],
-        v_nx_3[MC_W], v_cse_0[MC_W], v_cse_1[MC_W], v_cse_2[MC_W], v_cse_5[MC_W], v_cse_6[MC_W],
-        v_cse_8[MC_W], v_cse_9[MC_W], v_cse_11[MC_W], v_cse_12[MC_W], v_cse_13[MC_W], v_cse_17[MC_W],
-        v_cse_19[MC_W], v_cse_21[MC_W], v_cse_3[MC_W], v_cse_23[MC_W], v_cse_26[MC_W], v_cse_27[MC_W],
-        v_cse_44[MC_W], v_cse_137[MC_W], v_cse_138[MC_W], v_cse_139[MC_W], v_cse_140[MC_W],
-        v_cse_144[MC_W], v_cse_145[MC_W], v_cse_150[MC_W], v_cse_153[MC_W], v_cse_155[MC_W],
-        v_cse_157[MC_W], v_cse_159[MC_W], v_cse_161[MC_W], v_cse_164[MC_W], v_cse_166[MC_W],
-        v_cse_169[MC_W], v_cse_171[MC_W], v_cse_187[MC_W], v_cse_190[MC_W], v_cse_192[MC_W],
-        v_cse_195[MC_W], v_cse_198[MC_W], v_cse_210[MC_W], v_cse_212[MC_W], v_cse_215[MC_W],
-        v_cse_218[MC_W], v_cse_228[MC_W], v_cse_230[MC_W], v_cse_232[MC_W], v_cse_235[MC_W],
-        v_cse_238[MC_W], v_cse_243[MC_W], v_cse_249[MC_W], v_cse_253[MC_W], v_cse_267[MC_W],
-        v_cse_269[MC_W], v_cse_279[MC_W], v_cse_287[MC_W], v_cse_297[MC_W], v_cse_302[MC_W],
-        v_cse_304[MC_W], v_cse_305[MC_W], v_cse_306[MC_W], v_cse_307[MC_W], v_cse_322[MC_W],
-        v_cse_323[MC_W], v_cse_324[MC_W], v_cse_325[MC_W], v_cse_363[MC_W], v_cse_94[MC_W],
+        v_j2_voce_af_return_map_residual_norm[MC_W], v_nx_0[MC_W], v_cse_0[MC_W], v_cse_1[MC_W],
+        v_cse_2[MC_W], v_cse_5[MC_W], v_cse_6[MC_W], v_cse_8[MC_W], v_cse_9[MC_W], v_cse_11[MC_W],
+        v_cse_12[MC_W], v_cse_13[MC_W], v_cse_17[MC_W], v_cse_19[MC_W], v_cse_21[MC_W], v_cse_3[MC_W],
+        v_cse_23[MC_W], v_cse_26[MC_W], v_cse_27[MC_W], v_cse_44[MC_W], v_cse_133[MC_W],
+        v_cse_135[MC_W], v_cse_137[MC_W], v_cse_150[MC_W], v_cse_153[MC_W], v_cse_154[MC_W],
+        v_cse_155[MC_W], v_cse_156[MC_W], v_cse_160[MC_W], v_cse_161[MC_W], v_cse_165[MC_W],
+        v_cse_168[MC_W], v_cse_170[MC_W], v_cse_172[MC_W], v_cse_175[MC_W], v_cse_179[MC_W],
+        v_cse_183[MC_W], v_cse_199[MC_W], v_cse_202[MC_W], v_cse_204[MC_W], v_cse_207[MC_W],
+        v_cse_210[MC_W], v_cse_222[MC_W], v_cse_224[MC_W], v_cse_227[MC_W], v_cse_230[MC_W],
+        v_cse_240[MC_W], v_cse_242[MC_W], v_cse_244[MC_W], v_cse_247[MC_W], v_cse_250[MC_W],
+        v_cse_255[MC_W], v_cse_261[MC_W], v_cse_265[MC_W], v_cse_279[MC_W], v_cse_281[MC_W],
+        v_cse_291[MC_W], v_cse_299[MC_W], v_cse_309[MC_W], v_cse_314[MC_W], v_cse_316[MC_W],
+        v_cse_317[MC_W], v_cse_319[MC_W], v_cse_320[MC_W], v_cse_321[MC_W], v_cse_323[MC_W],
+        v_cse_324[MC_W], v_cse_339[MC_W], v_cse_340[MC_W], v_cse_341[MC_W], v_cse_94[MC_W],
         v_cse_96[MC_W], v_cse_97[MC_W], v_cse_98[MC_W], v_cse_99[MC_W], v_cse_100[MC_W],
         v_cse_104[MC_W], v_cse_106[MC_W], v_cse_108[MC_W], v_cse_110[MC_W], v_cse_113[MC_W],
         v_cse_114[MC_W], v_cse_115[MC_W], v_cse_116[MC_W], v_cse_117[MC_W];
@@ -7128,8 +7066,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_X_0,
         v_state_internal_X_1, v_state_internal_X_2, v_state_internal_X_3, v_state_internal_X_4,
         v_state_internal_X_5, v_state_internal_gamma_rate, v_j2_voce_af_return_map_converged,
-        v_j2_voce_af_return_map_iterations, v_j2_voce_af_return_map_residual_norm, v_nx_0, v_nx_1,
-        v_nx_2, v_nx_3, a);
+        v_j2_voce_af_return_map_iterations, v_j2_voce_af_return_map_residual_norm, v_nx_0, a);
     {  /* lanes whose unrolled Newton failed: again with the LU's partial pivoting */
         int mc_redo[MC_W], mc_fail = 0;
         MC_LANES { mc_redo[l] = v_j2_voce_af_return_map_converged[l] == 0; mc_fail |= mc_redo[l]; }
@@ -7144,8 +7081,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_X_0,
             v_state_internal_X_1, v_state_internal_X_2, v_state_internal_X_3, v_state_internal_X_4,
             v_state_internal_X_5, v_state_internal_gamma_rate, v_j2_voce_af_return_map_converged,
-            v_j2_voce_af_return_map_iterations, v_j2_voce_af_return_map_residual_norm, v_nx_0, v_nx_1,
-            v_nx_2, v_nx_3, a);
+            v_j2_voce_af_return_map_iterations, v_j2_voce_af_return_map_residual_norm, v_nx_0, a);
     }
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
@@ -7165,19 +7101,16 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real state_internal_Ep_5 = v_state_internal_Ep_5[l];
         const real forces_t = (v_x1 + 0 * MC_W)[l];
         const real old_forces_t = (v_x2 + 0 * MC_W)[l];
-        const real nx_0 = v_nx_0[l];
-        const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
-        const real state_internal_X_0 = v_state_internal_X_0[l];
-        const real state_internal_X_1 = v_state_internal_X_1[l];
-        const real state_internal_X_2 = v_state_internal_X_2[l];
-        const real nx_1 = v_nx_1[l];
         const real state_internal_X_3 = v_state_internal_X_3[l];
         const real state_internal_X_4 = v_state_internal_X_4[l];
         const real state_internal_X_5 = v_state_internal_X_5[l];
+        const real state_internal_X_0 = v_state_internal_X_0[l];
+        const real state_internal_X_2 = v_state_internal_X_2[l];
+        const real state_internal_X_1 = v_state_internal_X_1[l];
+        const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
         const real p_C = MC_P(5, (v_p + 5 * MC_W)[l]);
         const real p_g = MC_P(6, (v_p + 6 * MC_W)[l]);
-        const real nx_3 = v_nx_3[l];
-        const real nx_2 = v_nx_2[l];
+        const real nx_0 = v_nx_0[l];
         const real p_R = MC_P(2, (v_p + 2 * MC_W)[l]);
         const real p_sigma_y = MC_P(4, (v_p + 4 * MC_W)[l]);
         const real p_d = MC_P(3, (v_p + 3 * MC_W)[l]);
@@ -7217,281 +7150,300 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_26 = (cse_13 + cse_6);
         const real cse_27 = (-cse_26);
         const real cse_44 = (-cse_6);
-        const real cse_133 = (state_internal_gamma_rate == 0 ? ((real)0.0) : nx_0);
-        const real cse_134 = (-((real)0.6666666666666666) * cse_133);
-        const real cse_135 = (((real)0.6666666666666666) * cse_15);
-        const real cse_136 = (((real)0.6666666666666666) * cse_16);
-        const real cse_137 = (-cse_135 - cse_136 - (((real)1.3333333333333333) * state_internal_X_0) + (((real)0.6666666666666666) * state_internal_X_1) + (((real)0.6666666666666666) * state_internal_X_2) + (((real)1.3333333333333333) * cse_7));
-        const real cse_138 = (state_internal_gamma_rate == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (nx_1 * nx_1)));
-        const real cse_139 = mc_sdiv(((real)1.0), (((real)2.0) * nx_1));
-        const real cse_140 = (state_internal_gamma_rate == 0 ? ((real)0.0) : cse_139);
-        const real cse_141 = (cse_138 * cse_140);
-        const real cse_142 = (((real)0.5) * cse_141);
-        const real cse_143 = (cse_134 + (cse_142 * (cse_137 * cse_137)));
-        const real cse_144 = (-cse_143);
-        const real cse_145 = (cse_3 * state_internal_gamma_rate);
-        const real cse_146 = (cse_145 * cse_6);
-        const real cse_147 = (cse_144 * cse_146);
-        const real cse_148 = (((real)0.3333333333333333) * cse_133);
-        const real cse_149 = (-(((real)0.6666666666666666) * state_internal_X_0) + (((real)0.6666666666666666) * cse_7));
-        const real cse_150 = (-cse_136 - cse_149 - (((real)1.3333333333333333) * state_internal_X_1) + (((real)0.6666666666666666) * state_internal_X_2) + (((real)1.3333333333333333) * p_E * cse_1 * cse_5));
-        const real cse_151 = (cse_137 * cse_142);
-        const real cse_152 = (cse_148 + (cse_150 * cse_151));
-        const real cse_153 = (-cse_152);
-        const real cse_154 = (cse_146 * cse_153);
-        const real cse_155 = (-cse_135 - cse_149 - (((real)1.3333333333333333) * state_internal_X_2) + (((real)0.6666666666666666) * state_internal_X_1) + (((real)1.3333333333333333) * p_E * cse_2 * cse_5));
-        const real cse_156 = (cse_148 + (cse_151 * cse_155));
-        const real cse_157 = (-cse_156);
-        const real cse_158 = (cse_146 * cse_157);
-        const real cse_159 = (state_S_3 - state_internal_X_3);
-        const real cse_160 = (cse_141 * cse_159);
-        const real cse_161 = (cse_137 * cse_160);
-        const real cse_162 = (cse_146 * cse_161);
-        const real cse_163 = (-cse_162);
-        const real cse_164 = (state_S_4 - state_internal_X_4);
-        const real cse_165 = (cse_141 * cse_164);
-        const real cse_166 = (cse_137 * cse_165);
-        const real cse_167 = (cse_146 * cse_166);
+        const real cse_133 = (state_S_3 - state_internal_X_3);
+        const real cse_134 = (cse_133 * cse_133);
+        const real cse_135 = (state_S_4 - state_internal_X_4);
+        const real cse_136 = (cse_135 * cse_135);
+        const real cse_137 = (state_S_5 - state_internal_X_5);
+        const real cse_138 = (cse_137 * cse_137);
+        const real cse_139 = (((real)0.3333333333333333) * cse_15);
+        const real cse_140 = (-(((real)0.3333333333333333) * state_internal_X_0) + (((real)0.3333333333333333) * cse_7));
+        const real cse_141 = (((real)0.6666666666666666) * state_internal_X_2);
+        const real cse_142 = (((real)0.6666666666666666) * cse_16);
+        const real cse_143 = (cse_141 - cse_142);
+        const real cse_144 = (((real)0.3333333333333333) * cse_16);
+        const real cse_145 = (((real)0.6666666666666666) * state_internal_X_1);
+        const real cse_146 = (((real)0.6666666666666666) * cse_15);
+        const real cse_147 = (cse_145 - cse_146);
+        const real cse_148 = (-(((real)0.6666666666666666) * state_internal_X_0) + (((real)0.6666666666666666) * cse_7));
+        const real cse_383 = (-cse_139 - cse_140 - cse_143 + (((real)0.3333333333333333) * state_internal_X_1));
+        const real cse_384 = (-cse_140 - cse_144 - cse_147 + (((real)0.3333333333333333) * state_internal_X_2));
+        const real cse_385 = (cse_148 - cse_139 - cse_144 + (((real)0.3333333333333333) * state_internal_X_1) + (((real)0.3333333333333333) * state_internal_X_2));
+        const real cse_149 = sqrt(mc_pos((cse_134 + cse_136 + cse_138 + (cse_383 * cse_383) + (cse_384 * cse_384) + (cse_385 * cse_385))));
+        const real cse_150 = mc_sdiv(((real)1.0), cse_149);
+        const real cse_151 = (state_internal_gamma_rate == 0 ? ((real)0.0) : cse_150);
+        const real cse_152 = (-((real)0.6666666666666666) * cse_151);
+        const real cse_153 = (cse_143 + cse_147 - (((real)1.3333333333333333) * state_internal_X_0) + (((real)1.3333333333333333) * cse_7));
+        const real cse_154 = (state_internal_gamma_rate == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (cse_149 * cse_149)));
+        const real cse_155 = mc_sdiv(((real)1.0), (((real)2.0) * cse_149));
+        const real cse_156 = (state_internal_gamma_rate == 0 ? ((real)0.0) : cse_155);
+        const real cse_157 = (cse_154 * cse_156);
+        const real cse_158 = (((real)0.5) * cse_157);
+        const real cse_159 = (cse_152 + (cse_158 * (cse_153 * cse_153)));
+        const real cse_160 = (-cse_159);
+        const real cse_161 = (cse_3 * state_internal_gamma_rate);
+        const real cse_162 = (cse_161 * cse_6);
+        const real cse_163 = (cse_160 * cse_162);
+        const real cse_164 = (((real)0.3333333333333333) * cse_151);
+        const real cse_165 = (cse_141 - cse_142 - cse_148 - (((real)1.3333333333333333) * state_internal_X_1) + (((real)1.3333333333333333) * p_E * cse_1 * cse_5));
+        const real cse_166 = (cse_153 * cse_158);
+        const real cse_167 = (cse_164 + (cse_165 * cse_166));
         const real cse_168 = (-cse_167);
-        const real cse_169 = (state_S_5 - state_internal_X_5);
-        const real cse_170 = (cse_141 * cse_169);
-        const real cse_171 = (cse_137 * cse_170);
-        const real cse_172 = (cse_146 * cse_171);
-        const real cse_173 = (-cse_172);
-        const real cse_174 = (cse_145 * cse_152);
-        const real cse_175 = (-cse_174);
-        const real cse_176 = (cse_145 * cse_156);
+        const real cse_169 = (cse_162 * cse_168);
+        const real cse_170 = (cse_145 - cse_146 - cse_148 - (((real)1.3333333333333333) * state_internal_X_2) + (((real)1.3333333333333333) * p_E * cse_2 * cse_5));
+        const real cse_171 = (cse_164 + (cse_166 * cse_170));
+        const real cse_172 = (-cse_171);
+        const real cse_173 = (cse_162 * cse_172);
+        const real cse_174 = (cse_133 * cse_157);
+        const real cse_175 = (cse_153 * cse_174);
+        const real cse_176 = (cse_162 * cse_175);
         const real cse_177 = (-cse_176);
-        const real cse_178 = (cse_145 * cse_161);
-        const real cse_179 = (-cse_178);
-        const real cse_180 = (cse_145 * cse_166);
+        const real cse_178 = (cse_135 * cse_157);
+        const real cse_179 = (cse_153 * cse_178);
+        const real cse_180 = (cse_162 * cse_179);
         const real cse_181 = (-cse_180);
-        const real cse_182 = (cse_145 * cse_171);
-        const real cse_183 = (-cse_182);
-        const real cse_184 = (cse_3 * nx_0);
-        const real cse_185 = (((real)0.5) * cse_184);
-        const real cse_186 = (cse_134 + (cse_142 * (cse_150 * cse_150)));
+        const real cse_182 = (cse_137 * cse_157);
+        const real cse_183 = (cse_153 * cse_182);
+        const real cse_184 = (cse_162 * cse_183);
+        const real cse_185 = (-cse_184);
+        const real cse_186 = (cse_161 * cse_167);
         const real cse_187 = (-cse_186);
-        const real cse_188 = (cse_146 * cse_187);
-        const real cse_189 = (cse_148 + (cse_142 * cse_150 * cse_155));
-        const real cse_190 = (-cse_189);
-        const real cse_191 = (cse_146 * cse_190);
-        const real cse_192 = (cse_150 * cse_160);
-        const real cse_193 = (cse_146 * cse_192);
-        const real cse_194 = (-cse_193);
-        const real cse_195 = (cse_150 * cse_165);
-        const real cse_196 = (cse_146 * cse_195);
-        const real cse_197 = (-cse_196);
-        const real cse_198 = (cse_150 * cse_170);
-        const real cse_199 = (cse_146 * cse_198);
-        const real cse_200 = (-cse_199);
-        const real cse_201 = (cse_145 * cse_189);
+        const real cse_188 = (cse_161 * cse_171);
+        const real cse_189 = (-cse_188);
+        const real cse_190 = (cse_161 * cse_175);
+        const real cse_191 = (-cse_190);
+        const real cse_192 = (cse_161 * cse_179);
+        const real cse_193 = (-cse_192);
+        const real cse_194 = (cse_161 * cse_183);
+        const real cse_195 = (-cse_194);
+        const real cse_196 = (cse_150 * cse_3);
+        const real cse_197 = (((real)0.5) * cse_196);
+        const real cse_198 = (cse_152 + (cse_158 * (cse_165 * cse_165)));
+        const real cse_199 = (-cse_198);
+        const real cse_200 = (cse_162 * cse_199);
+        const real cse_201 = (cse_164 + (cse_158 * cse_165 * cse_170));
         const real cse_202 = (-cse_201);
-        const real cse_203 = (cse_145 * cse_192);
-        const real cse_204 = (-cse_203);
-        const real cse_205 = (cse_145 * cse_195);
+        const real cse_203 = (cse_162 * cse_202);
+        const real cse_204 = (cse_165 * cse_174);
+        const real cse_205 = (cse_162 * cse_204);
         const real cse_206 = (-cse_205);
-        const real cse_207 = (cse_145 * cse_198);
-        const real cse_208 = (-cse_207);
-        const real cse_209 = (cse_134 + (cse_142 * (cse_155 * cse_155)));
-        const real cse_210 = (-cse_209);
-        const real cse_211 = (cse_146 * cse_210);
-        const real cse_212 = (cse_155 * cse_160);
-        const real cse_213 = (cse_146 * cse_212);
+        const real cse_207 = (cse_165 * cse_178);
+        const real cse_208 = (cse_162 * cse_207);
+        const real cse_209 = (-cse_208);
+        const real cse_210 = (cse_165 * cse_182);
+        const real cse_211 = (cse_162 * cse_210);
+        const real cse_212 = (-cse_211);
+        const real cse_213 = (cse_161 * cse_201);
         const real cse_214 = (-cse_213);
-        const real cse_215 = (cse_155 * cse_165);
-        const real cse_216 = (cse_146 * cse_215);
-        const real cse_217 = (-cse_216);
-        const real cse_218 = (cse_155 * cse_170);
-        const real cse_219 = (cse_146 * cse_218);
+        const real cse_215 = (cse_161 * cse_204);
+        const real cse_216 = (-cse_215);
+        const real cse_217 = (cse_161 * cse_207);
+        const real cse_218 = (-cse_217);
+        const real cse_219 = (cse_161 * cse_210);
         const real cse_220 = (-cse_219);
-        const real cse_221 = (cse_145 * cse_212);
+        const real cse_221 = (cse_152 + (cse_158 * (cse_170 * cse_170)));
         const real cse_222 = (-cse_221);
-        const real cse_223 = (cse_145 * cse_215);
-        const real cse_224 = (-cse_223);
-        const real cse_225 = (cse_145 * cse_218);
+        const real cse_223 = (cse_162 * cse_222);
+        const real cse_224 = (cse_170 * cse_174);
+        const real cse_225 = (cse_162 * cse_224);
         const real cse_226 = (-cse_225);
-        const real cse_227 = (-cse_133);
-        const real cse_228 = (((real)2.0) * cse_141);
-        const real cse_229 = (cse_227 + (cse_228 * (cse_159 * cse_159)));
-        const real cse_230 = (-cse_229);
-        const real cse_231 = (cse_146 * cse_230);
-        const real cse_232 = (cse_164 * cse_228);
-        const real cse_233 = (cse_146 * cse_232);
-        const real cse_234 = (-cse_159 * cse_233);
-        const real cse_235 = (cse_159 * cse_228);
-        const real cse_236 = (cse_146 * cse_169);
-        const real cse_237 = (-cse_235 * cse_236);
-        const real cse_238 = (cse_145 * cse_159);
-        const real cse_239 = (cse_228 * cse_238);
-        const real cse_240 = (-cse_164 * cse_239);
-        const real cse_241 = (-cse_169 * cse_239);
-        const real cse_242 = (cse_227 + (cse_228 * (cse_164 * cse_164)));
-        const real cse_243 = (-cse_242);
-        const real cse_244 = (cse_146 * cse_243);
-        const real cse_245 = (-cse_169 * cse_233);
-        const real cse_246 = (cse_145 * cse_169);
-        const real cse_247 = (-cse_232 * cse_246);
-        const real cse_248 = (cse_227 + (cse_228 * (cse_169 * cse_169)));
-        const real cse_249 = (-cse_248);
-        const real cse_250 = (cse_146 * cse_249);
-        const real cse_253 = (((real)0.6666666666666666) * p_C);
-        const real cse_254 = (cse_147 * cse_253);
-        const real cse_255 = (cse_154 * cse_253);
-        const real cse_256 = (cse_158 * cse_253);
-        const real cse_257 = (-cse_162 * cse_253);
-        const real cse_258 = (-cse_167 * cse_253);
-        const real cse_259 = (-cse_172 * cse_253);
-        const real cse_260 = (-p_g * state_internal_gamma_rate);
-        const real cse_261 = (cse_253 * state_internal_gamma_rate);
-        const real cse_262 = (-cse_174 * cse_253);
-        const real cse_263 = (-cse_176 * cse_253);
-        const real cse_264 = (-cse_178 * cse_253);
-        const real cse_265 = (-cse_180 * cse_253);
-        const real cse_266 = (-cse_182 * cse_253);
-        const real cse_267 = (((real)0.3333333333333333) * nx_0);
-        const real cse_268 = (p_C * cse_267);
-        const real cse_269 = ((cse_137 * cse_268) - (p_g * state_internal_X_0));
-        const real cse_270 = (cse_188 * cse_253);
-        const real cse_271 = (cse_191 * cse_253);
-        const real cse_272 = (-cse_193 * cse_253);
-        const real cse_273 = (-cse_196 * cse_253);
-        const real cse_274 = (-cse_199 * cse_253);
-        const real cse_275 = (-cse_201 * cse_253);
-        const real cse_276 = (-cse_203 * cse_253);
-        const real cse_277 = (-cse_205 * cse_253);
-        const real cse_278 = (-cse_207 * cse_253);
-        const real cse_279 = ((cse_150 * cse_268) - (p_g * state_internal_X_1));
-        const real cse_280 = (cse_211 * cse_253);
-        const real cse_281 = (-cse_213 * cse_253);
-        const real cse_282 = (-cse_216 * cse_253);
-        const real cse_283 = (-cse_219 * cse_253);
-        const real cse_284 = (-cse_221 * cse_253);
-        const real cse_285 = (-cse_223 * cse_253);
-        const real cse_286 = (-cse_225 * cse_253);
-        const real cse_287 = ((cse_155 * cse_268) - (p_g * state_internal_X_2));
-        const real cse_288 = (cse_231 * cse_253);
-        const real cse_289 = (((real)1.3333333333333333) * p_C);
-        const real cse_290 = (cse_160 * cse_289);
-        const real cse_291 = (cse_164 * cse_290);
-        const real cse_292 = (-cse_146 * cse_291);
-        const real cse_293 = (-cse_236 * cse_290);
-        const real cse_294 = (-cse_145 * cse_291);
-        const real cse_295 = (-cse_246 * cse_290);
-        const real cse_296 = (cse_253 * nx_0);
-        const real cse_297 = ((cse_159 * cse_296) - (p_g * state_internal_X_3));
-        const real cse_298 = (cse_244 * cse_253);
-        const real cse_299 = (cse_165 * cse_289);
-        const real cse_300 = (-cse_236 * cse_299);
-        const real cse_301 = (-cse_246 * cse_299);
-        const real cse_302 = ((cse_164 * cse_296) - (p_g * state_internal_X_4));
-        const real cse_303 = (cse_250 * cse_253);
-        const real cse_304 = ((cse_169 * cse_296) - (p_g * state_internal_X_5));
-        const real cse_305 = mc_sdiv(((real)1.0), (((real)2.0) * nx_3));
-        const real cse_306 = (((real)1.0) - nx_2);
-        const real cse_307 = (-((real)1.0) - (((real)1.632993161855452) * cse_305 * (-p_sigma_y + (((real)1.224744871391589) * nx_1) - (p_R * cse_306))));
-        const real cse_308 = (cse_139 * cse_307);
-        const real cse_309 = (cse_137 * cse_308);
-        const real cse_310 = (-cse_309 * cse_6);
-        const real cse_311 = (cse_150 * cse_308);
-        const real cse_312 = (-cse_311 * cse_6);
-        const real cse_313 = (cse_155 * cse_308);
-        const real cse_314 = (-cse_313 * cse_6);
-        const real cse_315 = (((real)2.0) * cse_308);
-        const real cse_316 = (cse_159 * cse_315);
-        const real cse_317 = (-cse_316 * cse_6);
-        const real cse_318 = (cse_164 * cse_315);
-        const real cse_319 = (-cse_318 * cse_6);
-        const real cse_320 = (cse_169 * cse_315);
-        const real cse_321 = (-cse_320 * cse_6);
-        const real cse_322 = (((real)0.816496580927726) * cse_307);
-        const real cse_323 = (p_R * cse_322 * nx_2);
-        const real cse_324 = (cse_3 * cse_3);
-        const real cse_325 = (((real)2.0) * cse_305 * (p_E * p_E));
-        if (V & 14) mc_ls1_A[0 * MC_W + l] = (((real)1.0) + cse_147);
-        if (V & 14) mc_ls1_A[1 * MC_W + l] = cse_154;
-        if (V & 14) mc_ls1_A[2 * MC_W + l] = cse_158;
-        if (V & 14) mc_ls1_A[3 * MC_W + l] = cse_163;
-        if (V & 14) mc_ls1_A[4 * MC_W + l] = cse_168;
-        if (V & 14) mc_ls1_A[5 * MC_W + l] = cse_173;
+        const real cse_227 = (cse_170 * cse_178);
+        const real cse_228 = (cse_162 * cse_227);
+        const real cse_229 = (-cse_228);
+        const real cse_230 = (cse_170 * cse_182);
+        const real cse_231 = (cse_162 * cse_230);
+        const real cse_232 = (-cse_231);
+        const real cse_233 = (cse_161 * cse_224);
+        const real cse_234 = (-cse_233);
+        const real cse_235 = (cse_161 * cse_227);
+        const real cse_236 = (-cse_235);
+        const real cse_237 = (cse_161 * cse_230);
+        const real cse_238 = (-cse_237);
+        const real cse_239 = (-cse_151);
+        const real cse_240 = (((real)2.0) * cse_157);
+        const real cse_241 = (cse_239 + (cse_134 * cse_240));
+        const real cse_242 = (-cse_241);
+        const real cse_243 = (cse_162 * cse_242);
+        const real cse_244 = (cse_135 * cse_240);
+        const real cse_245 = (cse_162 * cse_244);
+        const real cse_246 = (-cse_133 * cse_245);
+        const real cse_247 = (cse_133 * cse_240);
+        const real cse_248 = (cse_137 * cse_162);
+        const real cse_249 = (-cse_247 * cse_248);
+        const real cse_250 = (cse_133 * cse_161);
+        const real cse_251 = (cse_240 * cse_250);
+        const real cse_252 = (-cse_135 * cse_251);
+        const real cse_253 = (-cse_137 * cse_251);
+        const real cse_254 = (cse_239 + (cse_136 * cse_240));
+        const real cse_255 = (-cse_254);
+        const real cse_256 = (cse_162 * cse_255);
+        const real cse_257 = (-cse_137 * cse_245);
+        const real cse_258 = (cse_137 * cse_161);
+        const real cse_259 = (-cse_244 * cse_258);
+        const real cse_260 = (cse_239 + (cse_138 * cse_240));
+        const real cse_261 = (-cse_260);
+        const real cse_262 = (cse_162 * cse_261);
+        const real cse_265 = (((real)0.6666666666666666) * p_C);
+        const real cse_266 = (cse_163 * cse_265);
+        const real cse_267 = (cse_169 * cse_265);
+        const real cse_268 = (cse_173 * cse_265);
+        const real cse_269 = (-cse_176 * cse_265);
+        const real cse_270 = (-cse_180 * cse_265);
+        const real cse_271 = (-cse_184 * cse_265);
+        const real cse_272 = (-p_g * state_internal_gamma_rate);
+        const real cse_273 = (cse_265 * state_internal_gamma_rate);
+        const real cse_274 = (-cse_186 * cse_265);
+        const real cse_275 = (-cse_188 * cse_265);
+        const real cse_276 = (-cse_190 * cse_265);
+        const real cse_277 = (-cse_192 * cse_265);
+        const real cse_278 = (-cse_194 * cse_265);
+        const real cse_279 = (((real)0.3333333333333333) * cse_150);
+        const real cse_280 = (p_C * cse_279);
+        const real cse_281 = ((cse_153 * cse_280) - (p_g * state_internal_X_0));
+        const real cse_282 = (cse_200 * cse_265);
+        const real cse_283 = (cse_203 * cse_265);
+        const real cse_284 = (-cse_205 * cse_265);
+        const real cse_285 = (-cse_208 * cse_265);
+        const real cse_286 = (-cse_211 * cse_265);
+        const real cse_287 = (-cse_213 * cse_265);
+        const real cse_288 = (-cse_215 * cse_265);
+        const real cse_289 = (-cse_217 * cse_265);
+        const real cse_290 = (-cse_219 * cse_265);
+        const real cse_291 = ((cse_165 * cse_280) - (p_g * state_internal_X_1));
+        const real cse_292 = (cse_223 * cse_265);
+        const real cse_293 = (-cse_225 * cse_265);
+        const real cse_294 = (-cse_228 * cse_265);
+        const real cse_295 = (-cse_231 * cse_265);
+        const real cse_296 = (-cse_233 * cse_265);
+        const real cse_297 = (-cse_235 * cse_265);
+        const real cse_298 = (-cse_237 * cse_265);
+        const real cse_299 = ((cse_170 * cse_280) - (p_g * state_internal_X_2));
+        const real cse_300 = (cse_243 * cse_265);
+        const real cse_301 = (((real)1.3333333333333333) * p_C);
+        const real cse_302 = (cse_174 * cse_301);
+        const real cse_303 = (cse_135 * cse_302);
+        const real cse_304 = (-cse_162 * cse_303);
+        const real cse_305 = (-cse_248 * cse_302);
+        const real cse_306 = (-cse_161 * cse_303);
+        const real cse_307 = (-cse_258 * cse_302);
+        const real cse_308 = (cse_150 * cse_265);
+        const real cse_309 = ((cse_133 * cse_308) - (p_g * state_internal_X_3));
+        const real cse_310 = (cse_256 * cse_265);
+        const real cse_311 = (cse_178 * cse_301);
+        const real cse_312 = (-cse_248 * cse_311);
+        const real cse_313 = (-cse_258 * cse_311);
+        const real cse_314 = ((cse_135 * cse_308) - (p_g * state_internal_X_4));
+        const real cse_315 = (cse_262 * cse_265);
+        const real cse_316 = ((cse_137 * cse_308) - (p_g * state_internal_X_5));
+        const real cse_317 = (((real)1.0) - nx_0);
+        const real cse_318 = (-p_sigma_y + (((real)1.224744871391589) * cse_149) - (p_R * cse_317));
+        const real cse_319 = (state_internal_gamma_rate * state_internal_gamma_rate);
+        const real cse_320 = (p_E * p_E);
+        const real cse_321 = (cse_3 * cse_3);
+        const real cse_322 = (cse_320 * cse_321);
+        const real cse_323 = mc_sdiv(((real)1.0), (((real)2.0) * sqrt(mc_pos(((((real)0.6666666666666666) * (cse_318 * cse_318)) + (cse_319 * cse_322))))));
+        const real cse_324 = (-((real)1.0) - (((real)1.632993161855452) * cse_318 * cse_323));
+        const real cse_325 = (cse_155 * cse_324);
+        const real cse_326 = (cse_153 * cse_325);
+        const real cse_327 = (-cse_326 * cse_6);
+        const real cse_328 = (cse_165 * cse_325);
+        const real cse_329 = (-cse_328 * cse_6);
+        const real cse_330 = (cse_170 * cse_325);
+        const real cse_331 = (-cse_330 * cse_6);
+        const real cse_332 = (((real)2.0) * cse_325);
+        const real cse_333 = (cse_133 * cse_332);
+        const real cse_334 = (-cse_333 * cse_6);
+        const real cse_335 = (cse_135 * cse_332);
+        const real cse_336 = (-cse_335 * cse_6);
+        const real cse_337 = (cse_137 * cse_332);
+        const real cse_338 = (-cse_337 * cse_6);
+        const real cse_339 = (((real)0.816496580927726) * cse_324);
+        const real cse_340 = (p_R * cse_339 * nx_0);
+        const real cse_341 = (((real)2.0) * cse_323);
+        if (V & 14) mc_ls1_A[0 * MC_W + l] = (((real)1.0) + cse_163);
+        if (V & 14) mc_ls1_A[1 * MC_W + l] = cse_169;
+        if (V & 14) mc_ls1_A[2 * MC_W + l] = cse_173;
+        if (V & 14) mc_ls1_A[3 * MC_W + l] = cse_177;
+        if (V & 14) mc_ls1_A[4 * MC_W + l] = cse_181;
+        if (V & 14) mc_ls1_A[5 * MC_W + l] = cse_185;
         if (V & 14) mc_ls1_A[6 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[7 * MC_W + l] = (-cse_143 * cse_145);
-        if (V & 14) mc_ls1_A[8 * MC_W + l] = cse_175;
-        if (V & 14) mc_ls1_A[9 * MC_W + l] = cse_177;
-        if (V & 14) mc_ls1_A[10 * MC_W + l] = cse_179;
-        if (V & 14) mc_ls1_A[11 * MC_W + l] = cse_181;
-        if (V & 14) mc_ls1_A[12 * MC_W + l] = cse_183;
-        if (V & 14) mc_ls1_A[13 * MC_W + l] = (-cse_137 * cse_185);
-        if (V & 14) mc_ls1_A[14 * MC_W + l] = cse_154;
-        if (V & 14) mc_ls1_A[15 * MC_W + l] = (((real)1.0) + cse_188);
-        if (V & 14) mc_ls1_A[16 * MC_W + l] = cse_191;
-        if (V & 14) mc_ls1_A[17 * MC_W + l] = cse_194;
-        if (V & 14) mc_ls1_A[18 * MC_W + l] = cse_197;
-        if (V & 14) mc_ls1_A[19 * MC_W + l] = cse_200;
+        if (V & 14) mc_ls1_A[7 * MC_W + l] = (-cse_159 * cse_161);
+        if (V & 14) mc_ls1_A[8 * MC_W + l] = cse_187;
+        if (V & 14) mc_ls1_A[9 * MC_W + l] = cse_189;
+        if (V & 14) mc_ls1_A[10 * MC_W + l] = cse_191;
+        if (V & 14) mc_ls1_A[11 * MC_W + l] = cse_193;
+        if (V & 14) mc_ls1_A[12 * MC_W + l] = cse_195;
+        if (V & 14) mc_ls1_A[13 * MC_W + l] = (-cse_153 * cse_197);
+        if (V & 14) mc_ls1_A[14 * MC_W + l] = cse_169;
+        if (V & 14) mc_ls1_A[15 * MC_W + l] = (((real)1.0) + cse_200);
+        if (V & 14) mc_ls1_A[16 * MC_W + l] = cse_203;
+        if (V & 14) mc_ls1_A[17 * MC_W + l] = cse_206;
+        if (V & 14) mc_ls1_A[18 * MC_W + l] = cse_209;
+        if (V & 14) mc_ls1_A[19 * MC_W + l] = cse_212;
         if (V & 14) mc_ls1_A[20 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[21 * MC_W + l] = cse_175;
-        if (V & 14) mc_ls1_A[22 * MC_W + l] = (-cse_145 * cse_186);
-        if (V & 14) mc_ls1_A[23 * MC_W + l] = cse_202;
-        if (V & 14) mc_ls1_A[24 * MC_W + l] = cse_204;
-        if (V & 14) mc_ls1_A[25 * MC_W + l] = cse_206;
-        if (V & 14) mc_ls1_A[26 * MC_W + l] = cse_208;
-        if (V & 14) mc_ls1_A[27 * MC_W + l] = (-cse_150 * cse_185);
-        if (V & 14) mc_ls1_A[28 * MC_W + l] = cse_158;
-        if (V & 14) mc_ls1_A[29 * MC_W + l] = cse_191;
-        if (V & 14) mc_ls1_A[30 * MC_W + l] = (((real)1.0) + cse_211);
-        if (V & 14) mc_ls1_A[31 * MC_W + l] = cse_214;
-        if (V & 14) mc_ls1_A[32 * MC_W + l] = cse_217;
-        if (V & 14) mc_ls1_A[33 * MC_W + l] = cse_220;
+        if (V & 14) mc_ls1_A[21 * MC_W + l] = cse_187;
+        if (V & 14) mc_ls1_A[22 * MC_W + l] = (-cse_161 * cse_198);
+        if (V & 14) mc_ls1_A[23 * MC_W + l] = cse_214;
+        if (V & 14) mc_ls1_A[24 * MC_W + l] = cse_216;
+        if (V & 14) mc_ls1_A[25 * MC_W + l] = cse_218;
+        if (V & 14) mc_ls1_A[26 * MC_W + l] = cse_220;
+        if (V & 14) mc_ls1_A[27 * MC_W + l] = (-cse_165 * cse_197);
+        if (V & 14) mc_ls1_A[28 * MC_W + l] = cse_173;
+        if (V & 14) mc_ls1_A[29 * MC_W + l] = cse_203;
+        if (V & 14) mc_ls1_A[30 * MC_W + l] = (((real)1.0) + cse_223);
+        if (V & 14) mc_ls1_A[31 * MC_W + l] = cse_226;
+        if (V & 14) mc_ls1_A[32 * MC_W + l] = cse_229;
+        if (V & 14) mc_ls1_A[33 * MC_W + l] = cse_232;
         if (V & 14) mc_ls1_A[34 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[35 * MC_W + l] = cse_177;
-        if (V & 14) mc_ls1_A[36 * MC_W + l] = cse_202;
-        if (V & 14) mc_ls1_A[37 * MC_W + l] = (-cse_145 * cse_209);
-        if (V & 14) mc_ls1_A[38 * MC_W + l] = cse_222;
-        if (V & 14) mc_ls1_A[39 * MC_W + l] = cse_224;
-        if (V & 14) mc_ls1_A[40 * MC_W + l] = cse_226;
-        if (V & 14) mc_ls1_A[41 * MC_W + l] = (-cse_155 * cse_185);
-        if (V & 14) mc_ls1_A[42 * MC_W + l] = cse_163;
-        if (V & 14) mc_ls1_A[43 * MC_W + l] = cse_194;
-        if (V & 14) mc_ls1_A[44 * MC_W + l] = cse_214;
-        if (V & 14) mc_ls1_A[45 * MC_W + l] = (((real)1.0) + cse_231);
-        if (V & 14) mc_ls1_A[46 * MC_W + l] = cse_234;
-        if (V & 14) mc_ls1_A[47 * MC_W + l] = cse_237;
+        if (V & 14) mc_ls1_A[35 * MC_W + l] = cse_189;
+        if (V & 14) mc_ls1_A[36 * MC_W + l] = cse_214;
+        if (V & 14) mc_ls1_A[37 * MC_W + l] = (-cse_161 * cse_221);
+        if (V & 14) mc_ls1_A[38 * MC_W + l] = cse_234;
+        if (V & 14) mc_ls1_A[39 * MC_W + l] = cse_236;
+        if (V & 14) mc_ls1_A[40 * MC_W + l] = cse_238;
+        if (V & 14) mc_ls1_A[41 * MC_W + l] = (-cse_170 * cse_197);
+        if (V & 14) mc_ls1_A[42 * MC_W + l] = cse_177;
+        if (V & 14) mc_ls1_A[43 * MC_W + l] = cse_206;
+        if (V & 14) mc_ls1_A[44 * MC_W + l] = cse_226;
+        if (V & 14) mc_ls1_A[45 * MC_W + l] = (((real)1.0) + cse_243);
+        if (V & 14) mc_ls1_A[46 * MC_W + l] = cse_246;
+        if (V & 14) mc_ls1_A[47 * MC_W + l] = cse_249;
         if (V & 14) mc_ls1_A[48 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[49 * MC_W + l] = cse_179;
-        if (V & 14) mc_ls1_A[50 * MC_W + l] = cse_204;
-        if (V & 14) mc_ls1_A[51 * MC_W + l] = cse_222;
-        if (V & 14) mc_ls1_A[52 * MC_W + l] = (-cse_145 * cse_229);
-        if (V & 14) mc_ls1_A[53 * MC_W + l] = cse_240;
-        if (V & 14) mc_ls1_A[54 * MC_W + l] = cse_241;
-        if (V & 14) mc_ls1_A[55 * MC_W + l] = (-cse_159 * cse_184);
-        if (V & 14) mc_ls1_A[56 * MC_W + l] = cse_168;
-        if (V & 14) mc_ls1_A[57 * MC_W + l] = cse_197;
-        if (V & 14) mc_ls1_A[58 * MC_W + l] = cse_217;
-        if (V & 14) mc_ls1_A[59 * MC_W + l] = cse_234;
-        if (V & 14) mc_ls1_A[60 * MC_W + l] = (((real)1.0) + cse_244);
-        if (V & 14) mc_ls1_A[61 * MC_W + l] = cse_245;
+        if (V & 14) mc_ls1_A[49 * MC_W + l] = cse_191;
+        if (V & 14) mc_ls1_A[50 * MC_W + l] = cse_216;
+        if (V & 14) mc_ls1_A[51 * MC_W + l] = cse_234;
+        if (V & 14) mc_ls1_A[52 * MC_W + l] = (-cse_161 * cse_241);
+        if (V & 14) mc_ls1_A[53 * MC_W + l] = cse_252;
+        if (V & 14) mc_ls1_A[54 * MC_W + l] = cse_253;
+        if (V & 14) mc_ls1_A[55 * MC_W + l] = (-cse_133 * cse_196);
+        if (V & 14) mc_ls1_A[56 * MC_W + l] = cse_181;
+        if (V & 14) mc_ls1_A[57 * MC_W + l] = cse_209;
+        if (V & 14) mc_ls1_A[58 * MC_W + l] = cse_229;
+        if (V & 14) mc_ls1_A[59 * MC_W + l] = cse_246;
+        if (V & 14) mc_ls1_A[60 * MC_W + l] = (((real)1.0) + cse_256);
+        if (V & 14) mc_ls1_A[61 * MC_W + l] = cse_257;
         if (V & 14) mc_ls1_A[62 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[63 * MC_W + l] = cse_181;
-        if (V & 14) mc_ls1_A[64 * MC_W + l] = cse_206;
-        if (V & 14) mc_ls1_A[65 * MC_W + l] = cse_224;
-        if (V & 14) mc_ls1_A[66 * MC_W + l] = cse_240;
-        if (V & 14) mc_ls1_A[67 * MC_W + l] = (-cse_145 * cse_242);
-        if (V & 14) mc_ls1_A[68 * MC_W + l] = cse_247;
-        if (V & 14) mc_ls1_A[69 * MC_W + l] = (-cse_164 * cse_184);
-        if (V & 14) mc_ls1_A[70 * MC_W + l] = cse_173;
-        if (V & 14) mc_ls1_A[71 * MC_W + l] = cse_200;
-        if (V & 14) mc_ls1_A[72 * MC_W + l] = cse_220;
-        if (V & 14) mc_ls1_A[73 * MC_W + l] = cse_237;
-        if (V & 14) mc_ls1_A[74 * MC_W + l] = cse_245;
-        if (V & 14) mc_ls1_A[75 * MC_W + l] = (((real)1.0) + cse_250);
+        if (V & 14) mc_ls1_A[63 * MC_W + l] = cse_193;
+        if (V & 14) mc_ls1_A[64 * MC_W + l] = cse_218;
+        if (V & 14) mc_ls1_A[65 * MC_W + l] = cse_236;
+        if (V & 14) mc_ls1_A[66 * MC_W + l] = cse_252;
+        if (V & 14) mc_ls1_A[67 * MC_W + l] = (-cse_161 * cse_254);
+        if (V & 14) mc_ls1_A[68 * MC_W + l] = cse_259;
+        if (V & 14) mc_ls1_A[69 * MC_W + l] = (-cse_135 * cse_196);
+        if (V & 14) mc_ls1_A[70 * MC_W + l] = cse_185;
+        if (V & 14) mc_ls1_A[71 * MC_W + l] = cse_212;
+        if (V & 14) mc_ls1_A[72 * MC_W + l] = cse_232;
+        if (V & 14) mc_ls1_A[73 * MC_W + l] = cse_249;
+        if (V & 14) mc_ls1_A[74 * MC_W + l] = cse_257;
+        if (V & 14) mc_ls1_A[75 * MC_W + l] = (((real)1.0) + cse_262);
         if (V & 14) mc_ls1_A[76 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[77 * MC_W + l] = cse_183;
-        if (V & 14) mc_ls1_A[78 * MC_W + l] = cse_208;
-        if (V & 14) mc_ls1_A[79 * MC_W + l] = cse_226;
-        if (V & 14) mc_ls1_A[80 * MC_W + l] = cse_241;
-        if (V & 14) mc_ls1_A[81 * MC_W + l] = cse_247;
-        if (V & 14) mc_ls1_A[82 * MC_W + l] = (-cse_145 * cse_248);
-        if (V & 14) mc_ls1_A[83 * MC_W + l] = (-cse_169 * cse_184);
+        if (V & 14) mc_ls1_A[77 * MC_W + l] = cse_195;
+        if (V & 14) mc_ls1_A[78 * MC_W + l] = cse_220;
+        if (V & 14) mc_ls1_A[79 * MC_W + l] = cse_238;
+        if (V & 14) mc_ls1_A[80 * MC_W + l] = cse_253;
+        if (V & 14) mc_ls1_A[81 * MC_W + l] = cse_259;
+        if (V & 14) mc_ls1_A[82 * MC_W + l] = (-cse_161 * cse_260);
+        if (V & 14) mc_ls1_A[83 * MC_W + l] = (-cse_137 * cse_196);
         if (V & 14) mc_ls1_A[84 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[85 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[86 * MC_W + l] = ((real)0.0);
@@ -7506,188 +7458,188 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) mc_ls1_A[95 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[96 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[97 * MC_W + l] = (-((real)0.816496580927726) * cse_3);
-        if (V & 14) mc_ls1_A[98 * MC_W + l] = cse_254;
-        if (V & 14) mc_ls1_A[99 * MC_W + l] = cse_255;
-        if (V & 14) mc_ls1_A[100 * MC_W + l] = cse_256;
-        if (V & 14) mc_ls1_A[101 * MC_W + l] = cse_257;
-        if (V & 14) mc_ls1_A[102 * MC_W + l] = cse_258;
-        if (V & 14) mc_ls1_A[103 * MC_W + l] = cse_259;
+        if (V & 14) mc_ls1_A[98 * MC_W + l] = cse_266;
+        if (V & 14) mc_ls1_A[99 * MC_W + l] = cse_267;
+        if (V & 14) mc_ls1_A[100 * MC_W + l] = cse_268;
+        if (V & 14) mc_ls1_A[101 * MC_W + l] = cse_269;
+        if (V & 14) mc_ls1_A[102 * MC_W + l] = cse_270;
+        if (V & 14) mc_ls1_A[103 * MC_W + l] = cse_271;
         if (V & 14) mc_ls1_A[104 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[105 * MC_W + l] = (((real)1.0) - (cse_3 * (cse_260 + (cse_143 * cse_261))));
-        if (V & 14) mc_ls1_A[106 * MC_W + l] = cse_262;
-        if (V & 14) mc_ls1_A[107 * MC_W + l] = cse_263;
-        if (V & 14) mc_ls1_A[108 * MC_W + l] = cse_264;
-        if (V & 14) mc_ls1_A[109 * MC_W + l] = cse_265;
-        if (V & 14) mc_ls1_A[110 * MC_W + l] = cse_266;
-        if (V & 14) mc_ls1_A[111 * MC_W + l] = (-cse_269 * cse_3);
-        if (V & 14) mc_ls1_A[112 * MC_W + l] = cse_255;
-        if (V & 14) mc_ls1_A[113 * MC_W + l] = cse_270;
-        if (V & 14) mc_ls1_A[114 * MC_W + l] = cse_271;
-        if (V & 14) mc_ls1_A[115 * MC_W + l] = cse_272;
-        if (V & 14) mc_ls1_A[116 * MC_W + l] = cse_273;
-        if (V & 14) mc_ls1_A[117 * MC_W + l] = cse_274;
+        if (V & 14) mc_ls1_A[105 * MC_W + l] = (((real)1.0) - (cse_3 * (cse_272 + (cse_159 * cse_273))));
+        if (V & 14) mc_ls1_A[106 * MC_W + l] = cse_274;
+        if (V & 14) mc_ls1_A[107 * MC_W + l] = cse_275;
+        if (V & 14) mc_ls1_A[108 * MC_W + l] = cse_276;
+        if (V & 14) mc_ls1_A[109 * MC_W + l] = cse_277;
+        if (V & 14) mc_ls1_A[110 * MC_W + l] = cse_278;
+        if (V & 14) mc_ls1_A[111 * MC_W + l] = (-cse_281 * cse_3);
+        if (V & 14) mc_ls1_A[112 * MC_W + l] = cse_267;
+        if (V & 14) mc_ls1_A[113 * MC_W + l] = cse_282;
+        if (V & 14) mc_ls1_A[114 * MC_W + l] = cse_283;
+        if (V & 14) mc_ls1_A[115 * MC_W + l] = cse_284;
+        if (V & 14) mc_ls1_A[116 * MC_W + l] = cse_285;
+        if (V & 14) mc_ls1_A[117 * MC_W + l] = cse_286;
         if (V & 14) mc_ls1_A[118 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[119 * MC_W + l] = cse_262;
-        if (V & 14) mc_ls1_A[120 * MC_W + l] = (((real)1.0) - (cse_3 * (cse_260 + (cse_186 * cse_261))));
-        if (V & 14) mc_ls1_A[121 * MC_W + l] = cse_275;
-        if (V & 14) mc_ls1_A[122 * MC_W + l] = cse_276;
-        if (V & 14) mc_ls1_A[123 * MC_W + l] = cse_277;
-        if (V & 14) mc_ls1_A[124 * MC_W + l] = cse_278;
-        if (V & 14) mc_ls1_A[125 * MC_W + l] = (-cse_279 * cse_3);
-        if (V & 14) mc_ls1_A[126 * MC_W + l] = cse_256;
-        if (V & 14) mc_ls1_A[127 * MC_W + l] = cse_271;
-        if (V & 14) mc_ls1_A[128 * MC_W + l] = cse_280;
-        if (V & 14) mc_ls1_A[129 * MC_W + l] = cse_281;
-        if (V & 14) mc_ls1_A[130 * MC_W + l] = cse_282;
-        if (V & 14) mc_ls1_A[131 * MC_W + l] = cse_283;
+        if (V & 14) mc_ls1_A[119 * MC_W + l] = cse_274;
+        if (V & 14) mc_ls1_A[120 * MC_W + l] = (((real)1.0) - (cse_3 * (cse_272 + (cse_198 * cse_273))));
+        if (V & 14) mc_ls1_A[121 * MC_W + l] = cse_287;
+        if (V & 14) mc_ls1_A[122 * MC_W + l] = cse_288;
+        if (V & 14) mc_ls1_A[123 * MC_W + l] = cse_289;
+        if (V & 14) mc_ls1_A[124 * MC_W + l] = cse_290;
+        if (V & 14) mc_ls1_A[125 * MC_W + l] = (-cse_291 * cse_3);
+        if (V & 14) mc_ls1_A[126 * MC_W + l] = cse_268;
+        if (V & 14) mc_ls1_A[127 * MC_W + l] = cse_283;
+        if (V & 14) mc_ls1_A[128 * MC_W + l] = cse_292;
+        if (V & 14) mc_ls1_A[129 * MC_W + l] = cse_293;
+        if (V & 14) mc_ls1_A[130 * MC_W + l] = cse_294;
+        if (V & 14) mc_ls1_A[131 * MC_W + l] = cse_295;
         if (V & 14) mc_ls1_A[132 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[133 * MC_W + l] = cse_263;
-        if (V & 14) mc_ls1_A[134 * MC_W + l] = cse_275;
-        if (V & 14) mc_ls1_A[135 * MC_W + l] = (((real)1.0) - (cse_3 * (cse_260 + (cse_209 * cse_261))));
-        if (V & 14) mc_ls1_A[136 * MC_W + l] = cse_284;
-        if (V & 14) mc_ls1_A[137 * MC_W + l] = cse_285;
-        if (V & 14) mc_ls1_A[138 * MC_W + l] = cse_286;
-        if (V & 14) mc_ls1_A[139 * MC_W + l] = (-cse_287 * cse_3);
-        if (V & 14) mc_ls1_A[140 * MC_W + l] = cse_257;
-        if (V & 14) mc_ls1_A[141 * MC_W + l] = cse_272;
-        if (V & 14) mc_ls1_A[142 * MC_W + l] = cse_281;
-        if (V & 14) mc_ls1_A[143 * MC_W + l] = cse_288;
-        if (V & 14) mc_ls1_A[144 * MC_W + l] = cse_292;
-        if (V & 14) mc_ls1_A[145 * MC_W + l] = cse_293;
+        if (V & 14) mc_ls1_A[133 * MC_W + l] = cse_275;
+        if (V & 14) mc_ls1_A[134 * MC_W + l] = cse_287;
+        if (V & 14) mc_ls1_A[135 * MC_W + l] = (((real)1.0) - (cse_3 * (cse_272 + (cse_221 * cse_273))));
+        if (V & 14) mc_ls1_A[136 * MC_W + l] = cse_296;
+        if (V & 14) mc_ls1_A[137 * MC_W + l] = cse_297;
+        if (V & 14) mc_ls1_A[138 * MC_W + l] = cse_298;
+        if (V & 14) mc_ls1_A[139 * MC_W + l] = (-cse_299 * cse_3);
+        if (V & 14) mc_ls1_A[140 * MC_W + l] = cse_269;
+        if (V & 14) mc_ls1_A[141 * MC_W + l] = cse_284;
+        if (V & 14) mc_ls1_A[142 * MC_W + l] = cse_293;
+        if (V & 14) mc_ls1_A[143 * MC_W + l] = cse_300;
+        if (V & 14) mc_ls1_A[144 * MC_W + l] = cse_304;
+        if (V & 14) mc_ls1_A[145 * MC_W + l] = cse_305;
         if (V & 14) mc_ls1_A[146 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[147 * MC_W + l] = cse_264;
-        if (V & 14) mc_ls1_A[148 * MC_W + l] = cse_276;
-        if (V & 14) mc_ls1_A[149 * MC_W + l] = cse_284;
-        if (V & 14) mc_ls1_A[150 * MC_W + l] = (((real)1.0) - (cse_3 * (cse_260 + (cse_229 * cse_261))));
-        if (V & 14) mc_ls1_A[151 * MC_W + l] = cse_294;
-        if (V & 14) mc_ls1_A[152 * MC_W + l] = cse_295;
-        if (V & 14) mc_ls1_A[153 * MC_W + l] = (-cse_297 * cse_3);
-        if (V & 14) mc_ls1_A[154 * MC_W + l] = cse_258;
-        if (V & 14) mc_ls1_A[155 * MC_W + l] = cse_273;
-        if (V & 14) mc_ls1_A[156 * MC_W + l] = cse_282;
-        if (V & 14) mc_ls1_A[157 * MC_W + l] = cse_292;
-        if (V & 14) mc_ls1_A[158 * MC_W + l] = cse_298;
-        if (V & 14) mc_ls1_A[159 * MC_W + l] = cse_300;
+        if (V & 14) mc_ls1_A[147 * MC_W + l] = cse_276;
+        if (V & 14) mc_ls1_A[148 * MC_W + l] = cse_288;
+        if (V & 14) mc_ls1_A[149 * MC_W + l] = cse_296;
+        if (V & 14) mc_ls1_A[150 * MC_W + l] = (((real)1.0) - (cse_3 * (cse_272 + (cse_241 * cse_273))));
+        if (V & 14) mc_ls1_A[151 * MC_W + l] = cse_306;
+        if (V & 14) mc_ls1_A[152 * MC_W + l] = cse_307;
+        if (V & 14) mc_ls1_A[153 * MC_W + l] = (-cse_3 * cse_309);
+        if (V & 14) mc_ls1_A[154 * MC_W + l] = cse_270;
+        if (V & 14) mc_ls1_A[155 * MC_W + l] = cse_285;
+        if (V & 14) mc_ls1_A[156 * MC_W + l] = cse_294;
+        if (V & 14) mc_ls1_A[157 * MC_W + l] = cse_304;
+        if (V & 14) mc_ls1_A[158 * MC_W + l] = cse_310;
+        if (V & 14) mc_ls1_A[159 * MC_W + l] = cse_312;
         if (V & 14) mc_ls1_A[160 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[161 * MC_W + l] = cse_265;
-        if (V & 14) mc_ls1_A[162 * MC_W + l] = cse_277;
-        if (V & 14) mc_ls1_A[163 * MC_W + l] = cse_285;
-        if (V & 14) mc_ls1_A[164 * MC_W + l] = cse_294;
-        if (V & 14) mc_ls1_A[165 * MC_W + l] = (((real)1.0) - (cse_3 * (cse_260 + (cse_242 * cse_261))));
-        if (V & 14) mc_ls1_A[166 * MC_W + l] = cse_301;
-        if (V & 14) mc_ls1_A[167 * MC_W + l] = (-cse_3 * cse_302);
-        if (V & 14) mc_ls1_A[168 * MC_W + l] = cse_259;
-        if (V & 14) mc_ls1_A[169 * MC_W + l] = cse_274;
-        if (V & 14) mc_ls1_A[170 * MC_W + l] = cse_283;
-        if (V & 14) mc_ls1_A[171 * MC_W + l] = cse_293;
-        if (V & 14) mc_ls1_A[172 * MC_W + l] = cse_300;
-        if (V & 14) mc_ls1_A[173 * MC_W + l] = cse_303;
+        if (V & 14) mc_ls1_A[161 * MC_W + l] = cse_277;
+        if (V & 14) mc_ls1_A[162 * MC_W + l] = cse_289;
+        if (V & 14) mc_ls1_A[163 * MC_W + l] = cse_297;
+        if (V & 14) mc_ls1_A[164 * MC_W + l] = cse_306;
+        if (V & 14) mc_ls1_A[165 * MC_W + l] = (((real)1.0) - (cse_3 * (cse_272 + (cse_254 * cse_273))));
+        if (V & 14) mc_ls1_A[166 * MC_W + l] = cse_313;
+        if (V & 14) mc_ls1_A[167 * MC_W + l] = (-cse_3 * cse_314);
+        if (V & 14) mc_ls1_A[168 * MC_W + l] = cse_271;
+        if (V & 14) mc_ls1_A[169 * MC_W + l] = cse_286;
+        if (V & 14) mc_ls1_A[170 * MC_W + l] = cse_295;
+        if (V & 14) mc_ls1_A[171 * MC_W + l] = cse_305;
+        if (V & 14) mc_ls1_A[172 * MC_W + l] = cse_312;
+        if (V & 14) mc_ls1_A[173 * MC_W + l] = cse_315;
         if (V & 14) mc_ls1_A[174 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[175 * MC_W + l] = cse_266;
-        if (V & 14) mc_ls1_A[176 * MC_W + l] = cse_278;
-        if (V & 14) mc_ls1_A[177 * MC_W + l] = cse_286;
-        if (V & 14) mc_ls1_A[178 * MC_W + l] = cse_295;
-        if (V & 14) mc_ls1_A[179 * MC_W + l] = cse_301;
-        if (V & 14) mc_ls1_A[180 * MC_W + l] = (((real)1.0) - (cse_3 * (cse_260 + (cse_248 * cse_261))));
-        if (V & 14) mc_ls1_A[181 * MC_W + l] = (-cse_3 * cse_304);
-        if (V & 14) mc_ls1_A[182 * MC_W + l] = cse_310;
-        if (V & 14) mc_ls1_A[183 * MC_W + l] = cse_312;
-        if (V & 14) mc_ls1_A[184 * MC_W + l] = cse_314;
-        if (V & 14) mc_ls1_A[185 * MC_W + l] = cse_317;
-        if (V & 14) mc_ls1_A[186 * MC_W + l] = cse_319;
-        if (V & 14) mc_ls1_A[187 * MC_W + l] = cse_321;
-        if (V & 14) mc_ls1_A[188 * MC_W + l] = (-p_d * cse_323);
-        if (V & 14) mc_ls1_A[189 * MC_W + l] = (-cse_309);
-        if (V & 14) mc_ls1_A[190 * MC_W + l] = (-cse_311);
-        if (V & 14) mc_ls1_A[191 * MC_W + l] = (-cse_313);
-        if (V & 14) mc_ls1_A[192 * MC_W + l] = (-cse_316);
-        if (V & 14) mc_ls1_A[193 * MC_W + l] = (-cse_318);
-        if (V & 14) mc_ls1_A[194 * MC_W + l] = (-cse_320);
-        if (V & 14) mc_ls1_A[195 * MC_W + l] = ((p_E * cse_3) - (cse_324 * cse_325 * state_internal_gamma_rate));
-        if (V & 14) mc_ls1_B[0 * MC_W + l] = cse_147;
-        if (V & 14) mc_ls1_B[1 * MC_W + l] = cse_154;
-        if (V & 14) mc_ls1_B[2 * MC_W + l] = cse_158;
-        if (V & 14) mc_ls1_B[3 * MC_W + l] = cse_163;
-        if (V & 14) mc_ls1_B[4 * MC_W + l] = cse_168;
-        if (V & 14) mc_ls1_B[5 * MC_W + l] = cse_173;
-        if (V & 14) mc_ls1_B[6 * MC_W + l] = cse_154;
-        if (V & 14) mc_ls1_B[7 * MC_W + l] = cse_188;
-        if (V & 14) mc_ls1_B[8 * MC_W + l] = cse_191;
-        if (V & 14) mc_ls1_B[9 * MC_W + l] = cse_194;
-        if (V & 14) mc_ls1_B[10 * MC_W + l] = cse_197;
-        if (V & 14) mc_ls1_B[11 * MC_W + l] = cse_200;
-        if (V & 14) mc_ls1_B[12 * MC_W + l] = cse_158;
-        if (V & 14) mc_ls1_B[13 * MC_W + l] = cse_191;
-        if (V & 14) mc_ls1_B[14 * MC_W + l] = cse_211;
-        if (V & 14) mc_ls1_B[15 * MC_W + l] = cse_214;
-        if (V & 14) mc_ls1_B[16 * MC_W + l] = cse_217;
-        if (V & 14) mc_ls1_B[17 * MC_W + l] = cse_220;
-        if (V & 14) mc_ls1_B[18 * MC_W + l] = cse_163;
-        if (V & 14) mc_ls1_B[19 * MC_W + l] = cse_194;
-        if (V & 14) mc_ls1_B[20 * MC_W + l] = cse_214;
-        if (V & 14) mc_ls1_B[21 * MC_W + l] = cse_231;
-        if (V & 14) mc_ls1_B[22 * MC_W + l] = cse_234;
-        if (V & 14) mc_ls1_B[23 * MC_W + l] = cse_237;
-        if (V & 14) mc_ls1_B[24 * MC_W + l] = cse_168;
-        if (V & 14) mc_ls1_B[25 * MC_W + l] = cse_197;
-        if (V & 14) mc_ls1_B[26 * MC_W + l] = cse_217;
-        if (V & 14) mc_ls1_B[27 * MC_W + l] = cse_234;
-        if (V & 14) mc_ls1_B[28 * MC_W + l] = cse_244;
-        if (V & 14) mc_ls1_B[29 * MC_W + l] = cse_245;
-        if (V & 14) mc_ls1_B[30 * MC_W + l] = cse_173;
-        if (V & 14) mc_ls1_B[31 * MC_W + l] = cse_200;
-        if (V & 14) mc_ls1_B[32 * MC_W + l] = cse_220;
-        if (V & 14) mc_ls1_B[33 * MC_W + l] = cse_237;
-        if (V & 14) mc_ls1_B[34 * MC_W + l] = cse_245;
-        if (V & 14) mc_ls1_B[35 * MC_W + l] = cse_250;
+        if (V & 14) mc_ls1_A[175 * MC_W + l] = cse_278;
+        if (V & 14) mc_ls1_A[176 * MC_W + l] = cse_290;
+        if (V & 14) mc_ls1_A[177 * MC_W + l] = cse_298;
+        if (V & 14) mc_ls1_A[178 * MC_W + l] = cse_307;
+        if (V & 14) mc_ls1_A[179 * MC_W + l] = cse_313;
+        if (V & 14) mc_ls1_A[180 * MC_W + l] = (((real)1.0) - (cse_3 * (cse_272 + (cse_260 * cse_273))));
+        if (V & 14) mc_ls1_A[181 * MC_W + l] = (-cse_3 * cse_316);
+        if (V & 14) mc_ls1_A[182 * MC_W + l] = cse_327;
+        if (V & 14) mc_ls1_A[183 * MC_W + l] = cse_329;
+        if (V & 14) mc_ls1_A[184 * MC_W + l] = cse_331;
+        if (V & 14) mc_ls1_A[185 * MC_W + l] = cse_334;
+        if (V & 14) mc_ls1_A[186 * MC_W + l] = cse_336;
+        if (V & 14) mc_ls1_A[187 * MC_W + l] = cse_338;
+        if (V & 14) mc_ls1_A[188 * MC_W + l] = (-p_d * cse_340);
+        if (V & 14) mc_ls1_A[189 * MC_W + l] = (-cse_326);
+        if (V & 14) mc_ls1_A[190 * MC_W + l] = (-cse_328);
+        if (V & 14) mc_ls1_A[191 * MC_W + l] = (-cse_330);
+        if (V & 14) mc_ls1_A[192 * MC_W + l] = (-cse_333);
+        if (V & 14) mc_ls1_A[193 * MC_W + l] = (-cse_335);
+        if (V & 14) mc_ls1_A[194 * MC_W + l] = (-cse_337);
+        if (V & 14) mc_ls1_A[195 * MC_W + l] = ((p_E * cse_3) - (cse_322 * cse_341 * state_internal_gamma_rate));
+        if (V & 14) mc_ls1_B[0 * MC_W + l] = cse_163;
+        if (V & 14) mc_ls1_B[1 * MC_W + l] = cse_169;
+        if (V & 14) mc_ls1_B[2 * MC_W + l] = cse_173;
+        if (V & 14) mc_ls1_B[3 * MC_W + l] = cse_177;
+        if (V & 14) mc_ls1_B[4 * MC_W + l] = cse_181;
+        if (V & 14) mc_ls1_B[5 * MC_W + l] = cse_185;
+        if (V & 14) mc_ls1_B[6 * MC_W + l] = cse_169;
+        if (V & 14) mc_ls1_B[7 * MC_W + l] = cse_200;
+        if (V & 14) mc_ls1_B[8 * MC_W + l] = cse_203;
+        if (V & 14) mc_ls1_B[9 * MC_W + l] = cse_206;
+        if (V & 14) mc_ls1_B[10 * MC_W + l] = cse_209;
+        if (V & 14) mc_ls1_B[11 * MC_W + l] = cse_212;
+        if (V & 14) mc_ls1_B[12 * MC_W + l] = cse_173;
+        if (V & 14) mc_ls1_B[13 * MC_W + l] = cse_203;
+        if (V & 14) mc_ls1_B[14 * MC_W + l] = cse_223;
+        if (V & 14) mc_ls1_B[15 * MC_W + l] = cse_226;
+        if (V & 14) mc_ls1_B[16 * MC_W + l] = cse_229;
+        if (V & 14) mc_ls1_B[17 * MC_W + l] = cse_232;
+        if (V & 14) mc_ls1_B[18 * MC_W + l] = cse_177;
+        if (V & 14) mc_ls1_B[19 * MC_W + l] = cse_206;
+        if (V & 14) mc_ls1_B[20 * MC_W + l] = cse_226;
+        if (V & 14) mc_ls1_B[21 * MC_W + l] = cse_243;
+        if (V & 14) mc_ls1_B[22 * MC_W + l] = cse_246;
+        if (V & 14) mc_ls1_B[23 * MC_W + l] = cse_249;
+        if (V & 14) mc_ls1_B[24 * MC_W + l] = cse_181;
+        if (V & 14) mc_ls1_B[25 * MC_W + l] = cse_209;
+        if (V & 14) mc_ls1_B[26 * MC_W + l] = cse_229;
+        if (V & 14) mc_ls1_B[27 * MC_W + l] = cse_246;
+        if (V & 14) mc_ls1_B[28 * MC_W + l] = cse_256;
+        if (V & 14) mc_ls1_B[29 * MC_W + l] = cse_257;
+        if (V & 14) mc_ls1_B[30 * MC_W + l] = cse_185;
+        if (V & 14) mc_ls1_B[31 * MC_W + l] = cse_212;
+        if (V & 14) mc_ls1_B[32 * MC_W + l] = cse_232;
+        if (V & 14) mc_ls1_B[33 * MC_W + l] = cse_249;
+        if (V & 14) mc_ls1_B[34 * MC_W + l] = cse_257;
+        if (V & 14) mc_ls1_B[35 * MC_W + l] = cse_262;
         if (V & 14) mc_ls1_B[36 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[37 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[38 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[39 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[40 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[41 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_B[42 * MC_W + l] = cse_254;
-        if (V & 14) mc_ls1_B[43 * MC_W + l] = cse_255;
-        if (V & 14) mc_ls1_B[44 * MC_W + l] = cse_256;
-        if (V & 14) mc_ls1_B[45 * MC_W + l] = cse_257;
-        if (V & 14) mc_ls1_B[46 * MC_W + l] = cse_258;
-        if (V & 14) mc_ls1_B[47 * MC_W + l] = cse_259;
-        if (V & 14) mc_ls1_B[48 * MC_W + l] = cse_255;
-        if (V & 14) mc_ls1_B[49 * MC_W + l] = cse_270;
-        if (V & 14) mc_ls1_B[50 * MC_W + l] = cse_271;
-        if (V & 14) mc_ls1_B[51 * MC_W + l] = cse_272;
-        if (V & 14) mc_ls1_B[52 * MC_W + l] = cse_273;
-        if (V & 14) mc_ls1_B[53 * MC_W + l] = cse_274;
-        if (V & 14) mc_ls1_B[54 * MC_W + l] = cse_256;
-        if (V & 14) mc_ls1_B[55 * MC_W + l] = cse_271;
-        if (V & 14) mc_ls1_B[56 * MC_W + l] = cse_280;
-        if (V & 14) mc_ls1_B[57 * MC_W + l] = cse_281;
-        if (V & 14) mc_ls1_B[58 * MC_W + l] = cse_282;
-        if (V & 14) mc_ls1_B[59 * MC_W + l] = cse_283;
-        if (V & 14) mc_ls1_B[60 * MC_W + l] = cse_257;
-        if (V & 14) mc_ls1_B[61 * MC_W + l] = cse_272;
-        if (V & 14) mc_ls1_B[62 * MC_W + l] = cse_281;
-        if (V & 14) mc_ls1_B[63 * MC_W + l] = cse_288;
-        if (V & 14) mc_ls1_B[64 * MC_W + l] = cse_292;
-        if (V & 14) mc_ls1_B[65 * MC_W + l] = cse_293;
-        if (V & 14) mc_ls1_B[66 * MC_W + l] = cse_258;
-        if (V & 14) mc_ls1_B[67 * MC_W + l] = cse_273;
-        if (V & 14) mc_ls1_B[68 * MC_W + l] = cse_282;
-        if (V & 14) mc_ls1_B[69 * MC_W + l] = cse_292;
-        if (V & 14) mc_ls1_B[70 * MC_W + l] = cse_298;
-        if (V & 14) mc_ls1_B[71 * MC_W + l] = cse_300;
-        if (V & 14) mc_ls1_B[72 * MC_W + l] = cse_259;
-        if (V & 14) mc_ls1_B[73 * MC_W + l] = cse_274;
-        if (V & 14) mc_ls1_B[74 * MC_W + l] = cse_283;
-        if (V & 14) mc_ls1_B[75 * MC_W + l] = cse_293;
-        if (V & 14) mc_ls1_B[76 * MC_W + l] = cse_300;
-        if (V & 14) mc_ls1_B[77 * MC_W + l] = cse_303;
-        if (V & 14) mc_ls1_B[78 * MC_W + l] = cse_310;
-        if (V & 14) mc_ls1_B[79 * MC_W + l] = cse_312;
-        if (V & 14) mc_ls1_B[80 * MC_W + l] = cse_314;
-        if (V & 14) mc_ls1_B[81 * MC_W + l] = cse_317;
-        if (V & 14) mc_ls1_B[82 * MC_W + l] = cse_319;
-        if (V & 14) mc_ls1_B[83 * MC_W + l] = cse_321;
+        if (V & 14) mc_ls1_B[42 * MC_W + l] = cse_266;
+        if (V & 14) mc_ls1_B[43 * MC_W + l] = cse_267;
+        if (V & 14) mc_ls1_B[44 * MC_W + l] = cse_268;
+        if (V & 14) mc_ls1_B[45 * MC_W + l] = cse_269;
+        if (V & 14) mc_ls1_B[46 * MC_W + l] = cse_270;
+        if (V & 14) mc_ls1_B[47 * MC_W + l] = cse_271;
+        if (V & 14) mc_ls1_B[48 * MC_W + l] = cse_267;
+        if (V & 14) mc_ls1_B[49 * MC_W + l] = cse_282;
+        if (V & 14) mc_ls1_B[50 * MC_W + l] = cse_283;
+        if (V & 14) mc_ls1_B[51 * MC_W + l] = cse_284;
+        if (V & 14) mc_ls1_B[52 * MC_W + l] = cse_285;
+        if (V & 14) mc_ls1_B[53 * MC_W + l] = cse_286;
+        if (V & 14) mc_ls1_B[54 * MC_W + l] = cse_268;
+        if (V & 14) mc_ls1_B[55 * MC_W + l] = cse_283;
+        if (V & 14) mc_ls1_B[56 * MC_W + l] = cse_292;
+        if (V & 14) mc_ls1_B[57 * MC_W + l] = cse_293;
+        if (V & 14) mc_ls1_B[58 * MC_W + l] = cse_294;
+        if (V & 14) mc_ls1_B[59 * MC_W + l] = cse_295;
+        if (V & 14) mc_ls1_B[60 * MC_W + l] = cse_269;
+        if (V & 14) mc_ls1_B[61 * MC_W + l] = cse_284;
+        if (V & 14) mc_ls1_B[62 * MC_W + l] = cse_293;
+        if (V & 14) mc_ls1_B[63 * MC_W + l] = cse_300;
+        if (V & 14) mc_ls1_B[64 * MC_W + l] = cse_304;
+        if (V & 14) mc_ls1_B[65 * MC_W + l] = cse_305;
+        if (V & 14) mc_ls1_B[66 * MC_W + l] = cse_270;
+        if (V & 14) mc_ls1_B[67 * MC_W + l] = cse_285;
+        if (V & 14) mc_ls1_B[68 * MC_W + l] = cse_294;
+        if (V & 14) mc_ls1_B[69 * MC_W + l] = cse_304;
+        if (V & 14) mc_ls1_B[70 * MC_W + l] = cse_310;
+        if (V & 14) mc_ls1_B[71 * MC_W + l] = cse_312;
+        if (V & 14) mc_ls1_B[72 * MC_W + l] = cse_271;
+        if (V & 14) mc_ls1_B[73 * MC_W + l] = cse_286;
+        if (V & 14) mc_ls1_B[74 * MC_W + l] = cse_295;
+        if (V & 14) mc_ls1_B[75 * MC_W + l] = cse_305;
+        if (V & 14) mc_ls1_B[76 * MC_W + l] = cse_312;
+        if (V & 14) mc_ls1_B[77 * MC_W + l] = cse_315;
+        if (V & 14) mc_ls1_B[78 * MC_W + l] = cse_327;
+        if (V & 14) mc_ls1_B[79 * MC_W + l] = cse_329;
+        if (V & 14) mc_ls1_B[80 * MC_W + l] = cse_331;
+        if (V & 14) mc_ls1_B[81 * MC_W + l] = cse_334;
+        if (V & 14) mc_ls1_B[82 * MC_W + l] = cse_336;
+        if (V & 14) mc_ls1_B[83 * MC_W + l] = cse_338;
         v_cse_0[l] = cse_0;
         v_cse_1[l] = cse_1;
         v_cse_2[l] = cse_2;
@@ -7706,53 +7658,56 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) v_cse_26[l] = cse_26;
         if (V & 14) v_cse_27[l] = cse_27;
         if (V & 14) v_cse_44[l] = cse_44;
+        if (V & 14) v_cse_133[l] = cse_133;
+        if (V & 14) v_cse_135[l] = cse_135;
         if (V & 14) v_cse_137[l] = cse_137;
-        if (V & 14) v_cse_138[l] = cse_138;
-        if (V & 14) v_cse_139[l] = cse_139;
-        if (V & 14) v_cse_140[l] = cse_140;
-        if (V & 14) v_cse_144[l] = cse_144;
-        if (V & 14) v_cse_145[l] = cse_145;
         if (V & 14) v_cse_150[l] = cse_150;
         if (V & 14) v_cse_153[l] = cse_153;
+        if (V & 14) v_cse_154[l] = cse_154;
         if (V & 14) v_cse_155[l] = cse_155;
-        if (V & 14) v_cse_157[l] = cse_157;
-        if (V & 14) v_cse_159[l] = cse_159;
+        if (V & 14) v_cse_156[l] = cse_156;
+        if (V & 14) v_cse_160[l] = cse_160;
         if (V & 14) v_cse_161[l] = cse_161;
-        if (V & 14) v_cse_164[l] = cse_164;
-        if (V & 14) v_cse_166[l] = cse_166;
-        if (V & 14) v_cse_169[l] = cse_169;
-        if (V & 14) v_cse_171[l] = cse_171;
-        if (V & 14) v_cse_187[l] = cse_187;
-        if (V & 14) v_cse_190[l] = cse_190;
-        if (V & 14) v_cse_192[l] = cse_192;
-        if (V & 14) v_cse_195[l] = cse_195;
-        if (V & 14) v_cse_198[l] = cse_198;
+        if (V & 14) v_cse_165[l] = cse_165;
+        if (V & 14) v_cse_168[l] = cse_168;
+        if (V & 14) v_cse_170[l] = cse_170;
+        if (V & 14) v_cse_172[l] = cse_172;
+        if (V & 14) v_cse_175[l] = cse_175;
+        if (V & 14) v_cse_179[l] = cse_179;
+        if (V & 14) v_cse_183[l] = cse_183;
+        if (V & 14) v_cse_199[l] = cse_199;
+        if (V & 14) v_cse_202[l] = cse_202;
+        if (V & 14) v_cse_204[l] = cse_204;
+        if (V & 14) v_cse_207[l] = cse_207;
         if (V & 14) v_cse_210[l] = cse_210;
-        if (V & 14) v_cse_212[l] = cse_212;
-        if (V & 14) v_cse_215[l] = cse_215;
-        if (V & 14) v_cse_218[l] = cse_218;
-        if (V & 14) v_cse_228[l] = cse_228;
+        if (V & 14) v_cse_222[l] = cse_222;
+        if (V & 14) v_cse_224[l] = cse_224;
+        if (V & 14) v_cse_227[l] = cse_227;
         if (V & 14) v_cse_230[l] = cse_230;
-        if (V & 14) v_cse_232[l] = cse_232;
-        if (V & 14) v_cse_235[l] = cse_235;
-        if (V & 14) v_cse_238[l] = cse_238;
-        if (V & 14) v_cse_243[l] = cse_243;
-        if (V & 14) v_cse_249[l] = cse_249;
-        if (V & 14) v_cse_253[l] = cse_253;
-        if (V & 14) v_cse_267[l] = cse_267;
-        if (V & 14) v_cse_269[l] = cse_269;
+        if (V & 14) v_cse_240[l] = cse_240;
+        if (V & 14) v_cse_242[l] = cse_242;
+        if (V & 14) v_cse_244[l] = cse_244;
+        if (V & 14) v_cse_247[l] = cse_247;
+        if (V & 14) v_cse_250[l] = cse_250;
+        if (V & 14) v_cse_255[l] = cse_255;
+        if (V & 14) v_cse_261[l] = cse_261;
+        if (V & 14) v_cse_265[l] = cse_265;
         if (V & 14) v_cse_279[l] = cse_279;
-        if (V & 14) v_cse_287[l] = cse_287;
-        if (V & 14) v_cse_297[l] = cse_297;
-        if (V & 14) v_cse_302[l] = cse_302;
-        if (V & 14) v_cse_304[l] = cse_304;
-        if (V & 14) v_cse_305[l] = cse_305;
-        if (V & 14) v_cse_306[l] = cse_306;
-        if (V & 14) v_cse_307[l] = cse_307;
-        if (V & 14) v_cse_322[l] = cse_322;
+        if (V & 14) v_cse_281[l] = cse_281;
+        if (V & 14) v_cse_291[l] = cse_291;
+        if (V & 14) v_cse_299[l] = cse_299;
+        if (V & 14) v_cse_309[l] = cse_309;
+        if (V & 14) v_cse_314[l] = cse_314;
+        if (V & 14) v_cse_316[l] = cse_316;
+        if (V & 14) v_cse_317[l] = cse_317;
+        if (V & 14) v_cse_319[l] = cse_319;
+        if (V & 14) v_cse_320[l] = cse_320;
+        if (V & 14) v_cse_321[l] = cse_321;
         if (V & 14) v_cse_323[l] = cse_323;
         if (V & 14) v_cse_324[l] = cse_324;
-        if (V & 14) v_cse_325[l] = cse_325;
+        if (V & 14) v_cse_339[l] = cse_339;
+        if (V & 14) v_cse_340[l] = cse_340;
+        if (V & 14) v_cse_341[l] = cse_341;
     }
     if (V & 14) {
         mc_lu_solve(14, 6, mc_ls1_A, mc_ls1_B, (V & 12) ? mc_ls1_piv : 0);
@@ -7800,23 +7755,25 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real d34 = (mc_ls1_B + 33 * MC_W)[l];
             const real d35 = (mc_ls1_B + 34 * MC_W)[l];
             const real d36 = (mc_ls1_B + 35 * MC_W)[l];
-            const real nx_0 = v_nx_0[l];
-            const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
-            const real cse_137 = v_cse_137[l];
             const real cse_150 = v_cse_150[l];
-            const real cse_155 = v_cse_155[l];
-            const real cse_159 = v_cse_159[l];
-            const real cse_164 = v_cse_164[l];
-            const real cse_169 = v_cse_169[l];
-            const real cse_269 = v_cse_269[l];
-            const real cse_279 = v_cse_279[l];
-            const real cse_287 = v_cse_287[l];
-            const real cse_297 = v_cse_297[l];
-            const real cse_302 = v_cse_302[l];
-            const real cse_304 = v_cse_304[l];
+            const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
+            const real cse_153 = v_cse_153[l];
+            const real cse_165 = v_cse_165[l];
+            const real cse_170 = v_cse_170[l];
+            const real cse_133 = v_cse_133[l];
+            const real cse_135 = v_cse_135[l];
+            const real cse_137 = v_cse_137[l];
+            const real cse_281 = v_cse_281[l];
+            const real cse_291 = v_cse_291[l];
+            const real cse_299 = v_cse_299[l];
+            const real cse_309 = v_cse_309[l];
+            const real cse_314 = v_cse_314[l];
+            const real cse_316 = v_cse_316[l];
             const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
             const real cse_3 = v_cse_3[l];
-            const real cse_325 = v_cse_325[l];
+            const real cse_319 = v_cse_319[l];
+            const real cse_320 = v_cse_320[l];
+            const real cse_341 = v_cse_341[l];
             const real cse_24 = (cse_23 * d1);
             const real cse_25 = (cse_23 * d2);
             const real cse_28 = (cse_23 * d3);
@@ -7871,25 +7828,24 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             o_j[33 * MC_W + l] = j2_voce_af_return_map_converged ? (cse_44 * d34) : MC_NAN;
             o_j[34 * MC_W + l] = j2_voce_af_return_map_converged ? (cse_44 * d35) : MC_NAN;
             o_j[35 * MC_W + l] = j2_voce_af_return_map_converged ? (cse_6 + (cse_44 * d36)) : MC_NAN;
-            const real cse_326 = (nx_0 * state_internal_gamma_rate);
-            const real cse_327 = (((real)0.5) * cse_326);
-            const real cse_328 = (cse_137 * cse_327);
-            const real cse_335 = (cse_150 * cse_327);
-            const real cse_338 = (cse_155 * cse_327);
-            const real cse_341 = (cse_159 * cse_326);
-            const real cse_346 = (cse_164 * cse_326);
-            const real cse_350 = (cse_169 * cse_326);
-            const real cse_353 = (((real)0.816496580927726) * state_internal_gamma_rate);
-            const real cse_354 = (cse_269 * state_internal_gamma_rate);
-            const real cse_356 = (cse_279 * state_internal_gamma_rate);
-            const real cse_357 = (cse_287 * state_internal_gamma_rate);
-            const real cse_358 = (cse_297 * state_internal_gamma_rate);
-            const real cse_360 = (cse_302 * state_internal_gamma_rate);
-            const real cse_362 = (cse_304 * state_internal_gamma_rate);
-            const real cse_363 = (state_internal_gamma_rate * state_internal_gamma_rate);
-            const real cse_364 = (-(p_E * state_internal_gamma_rate) + (cse_3 * cse_325 * cse_363));
-            if (V & 12) mc_ls2_B[0 * MC_W + l] = cse_328;
-            if (V & 12) mc_ls2_B[1 * MC_W + l] = (-cse_328);
+            const real cse_342 = (cse_150 * state_internal_gamma_rate);
+            const real cse_343 = (((real)0.5) * cse_342);
+            const real cse_344 = (cse_153 * cse_343);
+            const real cse_351 = (cse_165 * cse_343);
+            const real cse_354 = (cse_170 * cse_343);
+            const real cse_357 = (cse_133 * cse_342);
+            const real cse_362 = (cse_135 * cse_342);
+            const real cse_366 = (cse_137 * cse_342);
+            const real cse_369 = (((real)0.816496580927726) * state_internal_gamma_rate);
+            const real cse_370 = (cse_281 * state_internal_gamma_rate);
+            const real cse_372 = (cse_291 * state_internal_gamma_rate);
+            const real cse_373 = (cse_299 * state_internal_gamma_rate);
+            const real cse_374 = (cse_309 * state_internal_gamma_rate);
+            const real cse_376 = (cse_314 * state_internal_gamma_rate);
+            const real cse_378 = (cse_316 * state_internal_gamma_rate);
+            const real cse_379 = (-(p_E * state_internal_gamma_rate) + (cse_3 * cse_319 * cse_320 * cse_341));
+            if (V & 12) mc_ls2_B[0 * MC_W + l] = cse_344;
+            if (V & 12) mc_ls2_B[1 * MC_W + l] = (-cse_344);
             if (V & 12) mc_ls2_B[2 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[3 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[4 * MC_W + l] = ((real)0.0);
@@ -7903,8 +7859,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[12 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[13 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[14 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[15 * MC_W + l] = cse_335;
-            if (V & 12) mc_ls2_B[16 * MC_W + l] = (-cse_335);
+            if (V & 12) mc_ls2_B[15 * MC_W + l] = cse_351;
+            if (V & 12) mc_ls2_B[16 * MC_W + l] = (-cse_351);
             if (V & 12) mc_ls2_B[17 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[18 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[19 * MC_W + l] = ((real)0.0);
@@ -7918,8 +7874,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[27 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[28 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[29 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[30 * MC_W + l] = cse_338;
-            if (V & 12) mc_ls2_B[31 * MC_W + l] = (-cse_338);
+            if (V & 12) mc_ls2_B[30 * MC_W + l] = cse_354;
+            if (V & 12) mc_ls2_B[31 * MC_W + l] = (-cse_354);
             if (V & 12) mc_ls2_B[32 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[33 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[34 * MC_W + l] = ((real)1.0);
@@ -7933,8 +7889,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[42 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[43 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[44 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[45 * MC_W + l] = cse_341;
-            if (V & 12) mc_ls2_B[46 * MC_W + l] = (-cse_341);
+            if (V & 12) mc_ls2_B[45 * MC_W + l] = cse_357;
+            if (V & 12) mc_ls2_B[46 * MC_W + l] = (-cse_357);
             if (V & 12) mc_ls2_B[47 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[48 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[49 * MC_W + l] = ((real)0.0);
@@ -7948,8 +7904,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[57 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[58 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[59 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[60 * MC_W + l] = cse_346;
-            if (V & 12) mc_ls2_B[61 * MC_W + l] = (-cse_346);
+            if (V & 12) mc_ls2_B[60 * MC_W + l] = cse_362;
+            if (V & 12) mc_ls2_B[61 * MC_W + l] = (-cse_362);
             if (V & 12) mc_ls2_B[62 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[63 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[64 * MC_W + l] = ((real)0.0);
@@ -7963,8 +7919,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[72 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[73 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[74 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[75 * MC_W + l] = cse_350;
-            if (V & 12) mc_ls2_B[76 * MC_W + l] = (-cse_350);
+            if (V & 12) mc_ls2_B[75 * MC_W + l] = cse_366;
+            if (V & 12) mc_ls2_B[76 * MC_W + l] = (-cse_366);
             if (V & 12) mc_ls2_B[77 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[78 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[79 * MC_W + l] = ((real)0.0);
@@ -7978,8 +7934,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[87 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[88 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[89 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[90 * MC_W + l] = cse_353;
-            if (V & 12) mc_ls2_B[91 * MC_W + l] = (-cse_353);
+            if (V & 12) mc_ls2_B[90 * MC_W + l] = cse_369;
+            if (V & 12) mc_ls2_B[91 * MC_W + l] = (-cse_369);
             if (V & 12) mc_ls2_B[92 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[93 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[94 * MC_W + l] = ((real)0.0);
@@ -7993,8 +7949,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[102 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[103 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[104 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[105 * MC_W + l] = cse_354;
-            if (V & 12) mc_ls2_B[106 * MC_W + l] = (-cse_354);
+            if (V & 12) mc_ls2_B[105 * MC_W + l] = cse_370;
+            if (V & 12) mc_ls2_B[106 * MC_W + l] = (-cse_370);
             if (V & 12) mc_ls2_B[107 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[108 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[109 * MC_W + l] = ((real)0.0);
@@ -8008,8 +7964,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[117 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[118 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[119 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[120 * MC_W + l] = cse_356;
-            if (V & 12) mc_ls2_B[121 * MC_W + l] = (-cse_356);
+            if (V & 12) mc_ls2_B[120 * MC_W + l] = cse_372;
+            if (V & 12) mc_ls2_B[121 * MC_W + l] = (-cse_372);
             if (V & 12) mc_ls2_B[122 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[123 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[124 * MC_W + l] = ((real)0.0);
@@ -8023,8 +7979,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[132 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[133 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[134 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[135 * MC_W + l] = cse_357;
-            if (V & 12) mc_ls2_B[136 * MC_W + l] = (-cse_357);
+            if (V & 12) mc_ls2_B[135 * MC_W + l] = cse_373;
+            if (V & 12) mc_ls2_B[136 * MC_W + l] = (-cse_373);
             if (V & 12) mc_ls2_B[137 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[138 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[139 * MC_W + l] = ((real)0.0);
@@ -8038,8 +7994,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[147 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[148 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[149 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[150 * MC_W + l] = cse_358;
-            if (V & 12) mc_ls2_B[151 * MC_W + l] = (-cse_358);
+            if (V & 12) mc_ls2_B[150 * MC_W + l] = cse_374;
+            if (V & 12) mc_ls2_B[151 * MC_W + l] = (-cse_374);
             if (V & 12) mc_ls2_B[152 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[153 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[154 * MC_W + l] = ((real)0.0);
@@ -8053,8 +8009,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[162 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[163 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[164 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[165 * MC_W + l] = cse_360;
-            if (V & 12) mc_ls2_B[166 * MC_W + l] = (-cse_360);
+            if (V & 12) mc_ls2_B[165 * MC_W + l] = cse_376;
+            if (V & 12) mc_ls2_B[166 * MC_W + l] = (-cse_376);
             if (V & 12) mc_ls2_B[167 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[168 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[169 * MC_W + l] = ((real)0.0);
@@ -8068,8 +8024,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[177 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[178 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[179 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[180 * MC_W + l] = cse_362;
-            if (V & 12) mc_ls2_B[181 * MC_W + l] = (-cse_362);
+            if (V & 12) mc_ls2_B[180 * MC_W + l] = cse_378;
+            if (V & 12) mc_ls2_B[181 * MC_W + l] = (-cse_378);
             if (V & 12) mc_ls2_B[182 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[183 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[184 * MC_W + l] = ((real)0.0);
@@ -8083,8 +8039,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[192 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[193 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[194 * MC_W + l] = ((real)1.0);
-            if (V & 12) mc_ls2_B[195 * MC_W + l] = cse_364;
-            if (V & 12) mc_ls2_B[196 * MC_W + l] = (-cse_364);
+            if (V & 12) mc_ls2_B[195 * MC_W + l] = cse_379;
+            if (V & 12) mc_ls2_B[196 * MC_W + l] = (-cse_379);
             if (V & 12) mc_ls2_B[197 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[198 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[199 * MC_W + l] = ((real)0.0);
@@ -8098,7 +8054,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[207 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[208 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[209 * MC_W + l] = ((real)0.0);
-            if (V & 12) v_cse_363[l] = cse_363;
         }
     }
     if (V & 12) {
@@ -8211,55 +8166,55 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_6 = v_cse_6[l];
             const real cse_11 = v_cse_11[l];
             const real cse_9 = v_cse_9[l];
-            const real cse_144 = v_cse_144[l];
-            const real cse_145 = v_cse_145[l];
-            const real cse_153 = v_cse_153[l];
-            const real cse_157 = v_cse_157[l];
+            const real cse_160 = v_cse_160[l];
             const real cse_161 = v_cse_161[l];
-            const real cse_166 = v_cse_166[l];
-            const real cse_171 = v_cse_171[l];
+            const real cse_168 = v_cse_168[l];
+            const real cse_172 = v_cse_172[l];
+            const real cse_175 = v_cse_175[l];
+            const real cse_179 = v_cse_179[l];
+            const real cse_183 = v_cse_183[l];
             const real p_nu = MC_P(1, (v_p + 1 * MC_W)[l]);
-            const real cse_187 = v_cse_187[l];
-            const real cse_190 = v_cse_190[l];
-            const real cse_192 = v_cse_192[l];
-            const real cse_195 = v_cse_195[l];
-            const real cse_198 = v_cse_198[l];
+            const real cse_199 = v_cse_199[l];
+            const real cse_202 = v_cse_202[l];
+            const real cse_204 = v_cse_204[l];
+            const real cse_207 = v_cse_207[l];
             const real cse_210 = v_cse_210[l];
-            const real cse_212 = v_cse_212[l];
-            const real cse_215 = v_cse_215[l];
-            const real cse_218 = v_cse_218[l];
-            const real cse_232 = v_cse_232[l];
-            const real cse_169 = v_cse_169[l];
-            const real cse_159 = v_cse_159[l];
+            const real cse_222 = v_cse_222[l];
+            const real cse_224 = v_cse_224[l];
+            const real cse_227 = v_cse_227[l];
             const real cse_230 = v_cse_230[l];
-            const real cse_235 = v_cse_235[l];
-            const real cse_138 = v_cse_138[l];
-            const real cse_140 = v_cse_140[l];
-            const real cse_164 = v_cse_164[l];
-            const real cse_243 = v_cse_243[l];
-            const real cse_228 = v_cse_228[l];
-            const real cse_249 = v_cse_249[l];
-            const real cse_267 = v_cse_267[l];
-            const real nx_0 = v_nx_0[l];
-            const real cse_139 = v_cse_139[l];
-            const real cse_253 = v_cse_253[l];
+            const real cse_244 = v_cse_244[l];
             const real cse_137 = v_cse_137[l];
-            const real state_internal_X_0 = v_state_internal_X_0[l];
+            const real cse_133 = v_cse_133[l];
+            const real cse_242 = v_cse_242[l];
+            const real cse_247 = v_cse_247[l];
+            const real cse_135 = v_cse_135[l];
+            const real cse_154 = v_cse_154[l];
+            const real cse_156 = v_cse_156[l];
+            const real cse_255 = v_cse_255[l];
+            const real cse_240 = v_cse_240[l];
+            const real cse_261 = v_cse_261[l];
+            const real cse_279 = v_cse_279[l];
             const real cse_150 = v_cse_150[l];
-            const real state_internal_X_1 = v_state_internal_X_1[l];
             const real cse_155 = v_cse_155[l];
+            const real cse_265 = v_cse_265[l];
+            const real cse_153 = v_cse_153[l];
+            const real state_internal_X_0 = v_state_internal_X_0[l];
+            const real cse_165 = v_cse_165[l];
+            const real state_internal_X_1 = v_state_internal_X_1[l];
+            const real cse_170 = v_cse_170[l];
             const real state_internal_X_2 = v_state_internal_X_2[l];
-            const real cse_238 = v_cse_238[l];
+            const real cse_250 = v_cse_250[l];
             const real state_internal_X_3 = v_state_internal_X_3[l];
             const real state_internal_X_4 = v_state_internal_X_4[l];
             const real state_internal_X_5 = v_state_internal_X_5[l];
-            const real cse_305 = v_cse_305[l];
-            const real cse_307 = v_cse_307[l];
-            const real cse_324 = v_cse_324[l];
-            const real cse_363 = v_cse_363[l];
-            const real cse_306 = v_cse_306[l];
-            const real cse_322 = v_cse_322[l];
+            const real cse_319 = v_cse_319[l];
+            const real cse_321 = v_cse_321[l];
             const real cse_323 = v_cse_323[l];
+            const real cse_324 = v_cse_324[l];
+            const real cse_317 = v_cse_317[l];
+            const real cse_339 = v_cse_339[l];
+            const real cse_340 = v_cse_340[l];
             const real state_internal_ep = v_state_internal_ep[l];
             const real cse_45 = (cse_23 * d37);
             const real cse_46 = (cse_23 * d38);
@@ -8418,68 +8373,68 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_115 = (cse_103 * cse_17);
             const real cse_116 = (cse_103 * cse_19);
             const real cse_117 = (cse_103 * cse_21);
-            const real cse_329 = (cse_145 * ((cse_144 * cse_94) + (cse_153 * cse_96) + (cse_157 * cse_97) - (cse_100 * cse_171) - (cse_161 * cse_98) - (cse_166 * cse_99)));
-            const real cse_330 = (cse_107 - (p_E * cse_11 * cse_5 * cse_8) - (((real)2.0) * p_E * p_nu * cse_109 * cse_5 * cse_8));
-            const real cse_331 = (-cse_104 - cse_330);
-            const real cse_332 = (-cse_114 - cse_330);
-            const real cse_333 = (-cse_113 - cse_330);
-            const real cse_334 = (cse_145 * ((cse_115 * cse_161) + (cse_116 * cse_166) + (cse_117 * cse_171) + (cse_144 * cse_331) + (cse_153 * cse_333) + (cse_157 * cse_332)));
-            const real cse_336 = (cse_145 * ((cse_153 * cse_94) + (cse_187 * cse_96) + (cse_190 * cse_97) - (cse_100 * cse_198) - (cse_192 * cse_98) - (cse_195 * cse_99)));
-            const real cse_337 = (cse_145 * ((cse_115 * cse_192) + (cse_116 * cse_195) + (cse_117 * cse_198) + (cse_153 * cse_331) + (cse_187 * cse_333) + (cse_190 * cse_332)));
-            const real cse_339 = (cse_145 * ((cse_157 * cse_94) + (cse_190 * cse_96) + (cse_210 * cse_97) - (cse_100 * cse_218) - (cse_212 * cse_98) - (cse_215 * cse_99)));
-            const real cse_340 = (cse_145 * ((cse_115 * cse_212) + (cse_116 * cse_215) + (cse_117 * cse_218) + (cse_157 * cse_331) + (cse_190 * cse_333) + (cse_210 * cse_332)));
-            const real cse_342 = (cse_232 * cse_99);
-            const real cse_343 = (cse_100 * cse_169);
-            const real cse_344 = (cse_145 * (-(cse_159 * cse_342) - (cse_161 * cse_94) - (cse_192 * cse_96) - (cse_212 * cse_97) - (cse_235 * cse_343) + (cse_17 * cse_230 * cse_5)));
-            const real cse_345 = (cse_145 * (-(cse_115 * cse_230) - (cse_161 * cse_331) - (cse_192 * cse_333) - (cse_212 * cse_332) + (((real)2.0) * p_E * cse_102 * cse_138 * cse_140 * cse_159 * cse_164 * cse_19) + (((real)2.0) * p_E * cse_102 * cse_138 * cse_140 * cse_159 * cse_169 * cse_21)));
-            const real cse_347 = (cse_159 * cse_98);
-            const real cse_348 = (cse_145 * (-(cse_166 * cse_94) - (cse_195 * cse_96) - (cse_215 * cse_97) - (cse_232 * cse_343) - (cse_232 * cse_347) + (cse_19 * cse_243 * cse_5)));
-            const real cse_349 = (cse_145 * (-(cse_116 * cse_243) - (cse_166 * cse_331) - (cse_195 * cse_333) - (cse_215 * cse_332) + (((real)2.0) * p_E * cse_102 * cse_138 * cse_140 * cse_159 * cse_164 * cse_17) + (((real)2.0) * p_E * cse_102 * cse_138 * cse_140 * cse_164 * cse_169 * cse_21)));
-            const real cse_351 = (cse_145 * (-(cse_169 * cse_342) - (cse_171 * cse_94) - (cse_198 * cse_96) - (cse_218 * cse_97) + (cse_21 * cse_249 * cse_5) - (cse_169 * cse_228 * cse_347)));
-            const real cse_352 = (cse_145 * (-(cse_117 * cse_249) - (cse_171 * cse_331) - (cse_198 * cse_333) - (cse_218 * cse_332) + (((real)2.0) * p_E * cse_102 * cse_138 * cse_140 * cse_159 * cse_169 * cse_17) + (((real)2.0) * p_E * cse_102 * cse_138 * cse_140 * cse_164 * cse_169 * cse_19)));
-            const real cse_355 = (cse_145 * cse_267);
-            const real cse_359 = (((real)0.6666666666666666) * nx_0);
-            const real cse_361 = (cse_145 * cse_359);
-            const real cse_365 = (((real)2.0) * cse_139);
-            const real cse_366 = (cse_164 * cse_365);
-            const real cse_367 = (cse_169 * cse_365);
-            if (V & 8) mc_ls3_B[0 * MC_W + l] = cse_329;
-            if (V & 8) mc_ls3_B[1 * MC_W + l] = cse_334;
+            const real cse_345 = (cse_161 * ((cse_160 * cse_94) + (cse_168 * cse_96) + (cse_172 * cse_97) - (cse_100 * cse_183) - (cse_175 * cse_98) - (cse_179 * cse_99)));
+            const real cse_346 = (cse_107 - (p_E * cse_11 * cse_5 * cse_8) - (((real)2.0) * p_E * p_nu * cse_109 * cse_5 * cse_8));
+            const real cse_347 = (-cse_104 - cse_346);
+            const real cse_348 = (-cse_114 - cse_346);
+            const real cse_349 = (-cse_113 - cse_346);
+            const real cse_350 = (cse_161 * ((cse_115 * cse_175) + (cse_116 * cse_179) + (cse_117 * cse_183) + (cse_160 * cse_347) + (cse_168 * cse_349) + (cse_172 * cse_348)));
+            const real cse_352 = (cse_161 * ((cse_168 * cse_94) + (cse_199 * cse_96) + (cse_202 * cse_97) - (cse_100 * cse_210) - (cse_204 * cse_98) - (cse_207 * cse_99)));
+            const real cse_353 = (cse_161 * ((cse_115 * cse_204) + (cse_116 * cse_207) + (cse_117 * cse_210) + (cse_168 * cse_347) + (cse_199 * cse_349) + (cse_202 * cse_348)));
+            const real cse_355 = (cse_161 * ((cse_172 * cse_94) + (cse_202 * cse_96) + (cse_222 * cse_97) - (cse_100 * cse_230) - (cse_224 * cse_98) - (cse_227 * cse_99)));
+            const real cse_356 = (cse_161 * ((cse_115 * cse_224) + (cse_116 * cse_227) + (cse_117 * cse_230) + (cse_172 * cse_347) + (cse_202 * cse_349) + (cse_222 * cse_348)));
+            const real cse_358 = (cse_244 * cse_99);
+            const real cse_359 = (cse_100 * cse_137);
+            const real cse_360 = (cse_161 * (-(cse_133 * cse_358) - (cse_175 * cse_94) - (cse_204 * cse_96) - (cse_224 * cse_97) - (cse_247 * cse_359) + (cse_17 * cse_242 * cse_5)));
+            const real cse_361 = (cse_161 * (-(cse_115 * cse_242) - (cse_175 * cse_347) - (cse_204 * cse_349) - (cse_224 * cse_348) + (((real)2.0) * p_E * cse_102 * cse_133 * cse_135 * cse_154 * cse_156 * cse_19) + (((real)2.0) * p_E * cse_102 * cse_133 * cse_137 * cse_154 * cse_156 * cse_21)));
+            const real cse_363 = (cse_133 * cse_98);
+            const real cse_364 = (cse_161 * (-(cse_179 * cse_94) - (cse_207 * cse_96) - (cse_227 * cse_97) - (cse_244 * cse_359) - (cse_244 * cse_363) + (cse_19 * cse_255 * cse_5)));
+            const real cse_365 = (cse_161 * (-(cse_116 * cse_255) - (cse_179 * cse_347) - (cse_207 * cse_349) - (cse_227 * cse_348) + (((real)2.0) * p_E * cse_102 * cse_133 * cse_135 * cse_154 * cse_156 * cse_17) + (((real)2.0) * p_E * cse_102 * cse_135 * cse_137 * cse_154 * cse_156 * cse_21)));
+            const real cse_367 = (cse_161 * (-(cse_137 * cse_358) - (cse_183 * cse_94) - (cse_210 * cse_96) - (cse_230 * cse_97) + (cse_21 * cse_261 * cse_5) - (cse_137 * cse_240 * cse_363)));
+            const real cse_368 = (cse_161 * (-(cse_117 * cse_261) - (cse_183 * cse_347) - (cse_210 * cse_349) - (cse_230 * cse_348) + (((real)2.0) * p_E * cse_102 * cse_133 * cse_137 * cse_154 * cse_156 * cse_17) + (((real)2.0) * p_E * cse_102 * cse_135 * cse_137 * cse_154 * cse_156 * cse_19)));
+            const real cse_371 = (cse_161 * cse_279);
+            const real cse_375 = (((real)0.6666666666666666) * cse_150);
+            const real cse_377 = (cse_161 * cse_375);
+            const real cse_380 = (((real)2.0) * cse_155);
+            const real cse_381 = (cse_135 * cse_380);
+            const real cse_382 = (cse_137 * cse_380);
+            if (V & 8) mc_ls3_B[0 * MC_W + l] = cse_345;
+            if (V & 8) mc_ls3_B[1 * MC_W + l] = cse_350;
             if (V & 8) mc_ls3_B[2 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[3 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[4 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[5 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[6 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[7 * MC_W + l] = cse_336;
-            if (V & 8) mc_ls3_B[8 * MC_W + l] = cse_337;
+            if (V & 8) mc_ls3_B[7 * MC_W + l] = cse_352;
+            if (V & 8) mc_ls3_B[8 * MC_W + l] = cse_353;
             if (V & 8) mc_ls3_B[9 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[10 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[11 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[12 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[13 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[14 * MC_W + l] = cse_339;
-            if (V & 8) mc_ls3_B[15 * MC_W + l] = cse_340;
+            if (V & 8) mc_ls3_B[14 * MC_W + l] = cse_355;
+            if (V & 8) mc_ls3_B[15 * MC_W + l] = cse_356;
             if (V & 8) mc_ls3_B[16 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[17 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[18 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[19 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[20 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[21 * MC_W + l] = cse_344;
-            if (V & 8) mc_ls3_B[22 * MC_W + l] = cse_345;
+            if (V & 8) mc_ls3_B[21 * MC_W + l] = cse_360;
+            if (V & 8) mc_ls3_B[22 * MC_W + l] = cse_361;
             if (V & 8) mc_ls3_B[23 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[24 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[25 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[26 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[27 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[28 * MC_W + l] = cse_348;
-            if (V & 8) mc_ls3_B[29 * MC_W + l] = cse_349;
+            if (V & 8) mc_ls3_B[28 * MC_W + l] = cse_364;
+            if (V & 8) mc_ls3_B[29 * MC_W + l] = cse_365;
             if (V & 8) mc_ls3_B[30 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[31 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[32 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[33 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[34 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[35 * MC_W + l] = cse_351;
-            if (V & 8) mc_ls3_B[36 * MC_W + l] = cse_352;
+            if (V & 8) mc_ls3_B[35 * MC_W + l] = cse_367;
+            if (V & 8) mc_ls3_B[36 * MC_W + l] = cse_368;
             if (V & 8) mc_ls3_B[37 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[38 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[39 * MC_W + l] = ((real)0.0);
@@ -8492,53 +8447,53 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 8) mc_ls3_B[46 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[47 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[48 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[49 * MC_W + l] = (cse_253 * cse_329);
-            if (V & 8) mc_ls3_B[50 * MC_W + l] = (cse_253 * cse_334);
+            if (V & 8) mc_ls3_B[49 * MC_W + l] = (cse_265 * cse_345);
+            if (V & 8) mc_ls3_B[50 * MC_W + l] = (cse_265 * cse_350);
             if (V & 8) mc_ls3_B[51 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[52 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[53 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[54 * MC_W + l] = (cse_137 * cse_355);
-            if (V & 8) mc_ls3_B[55 * MC_W + l] = (-cse_145 * state_internal_X_0);
-            if (V & 8) mc_ls3_B[56 * MC_W + l] = (cse_253 * cse_336);
-            if (V & 8) mc_ls3_B[57 * MC_W + l] = (cse_253 * cse_337);
+            if (V & 8) mc_ls3_B[54 * MC_W + l] = (cse_153 * cse_371);
+            if (V & 8) mc_ls3_B[55 * MC_W + l] = (-cse_161 * state_internal_X_0);
+            if (V & 8) mc_ls3_B[56 * MC_W + l] = (cse_265 * cse_352);
+            if (V & 8) mc_ls3_B[57 * MC_W + l] = (cse_265 * cse_353);
             if (V & 8) mc_ls3_B[58 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[59 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[60 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[61 * MC_W + l] = (cse_150 * cse_355);
-            if (V & 8) mc_ls3_B[62 * MC_W + l] = (-cse_145 * state_internal_X_1);
-            if (V & 8) mc_ls3_B[63 * MC_W + l] = (cse_253 * cse_339);
-            if (V & 8) mc_ls3_B[64 * MC_W + l] = (cse_253 * cse_340);
+            if (V & 8) mc_ls3_B[61 * MC_W + l] = (cse_165 * cse_371);
+            if (V & 8) mc_ls3_B[62 * MC_W + l] = (-cse_161 * state_internal_X_1);
+            if (V & 8) mc_ls3_B[63 * MC_W + l] = (cse_265 * cse_355);
+            if (V & 8) mc_ls3_B[64 * MC_W + l] = (cse_265 * cse_356);
             if (V & 8) mc_ls3_B[65 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[66 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[67 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[68 * MC_W + l] = (cse_155 * cse_355);
-            if (V & 8) mc_ls3_B[69 * MC_W + l] = (-cse_145 * state_internal_X_2);
-            if (V & 8) mc_ls3_B[70 * MC_W + l] = (cse_253 * cse_344);
-            if (V & 8) mc_ls3_B[71 * MC_W + l] = (cse_253 * cse_345);
+            if (V & 8) mc_ls3_B[68 * MC_W + l] = (cse_170 * cse_371);
+            if (V & 8) mc_ls3_B[69 * MC_W + l] = (-cse_161 * state_internal_X_2);
+            if (V & 8) mc_ls3_B[70 * MC_W + l] = (cse_265 * cse_360);
+            if (V & 8) mc_ls3_B[71 * MC_W + l] = (cse_265 * cse_361);
             if (V & 8) mc_ls3_B[72 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[73 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[74 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[75 * MC_W + l] = (cse_238 * cse_359);
-            if (V & 8) mc_ls3_B[76 * MC_W + l] = (-cse_145 * state_internal_X_3);
-            if (V & 8) mc_ls3_B[77 * MC_W + l] = (cse_253 * cse_348);
-            if (V & 8) mc_ls3_B[78 * MC_W + l] = (cse_253 * cse_349);
+            if (V & 8) mc_ls3_B[75 * MC_W + l] = (cse_250 * cse_375);
+            if (V & 8) mc_ls3_B[76 * MC_W + l] = (-cse_161 * state_internal_X_3);
+            if (V & 8) mc_ls3_B[77 * MC_W + l] = (cse_265 * cse_364);
+            if (V & 8) mc_ls3_B[78 * MC_W + l] = (cse_265 * cse_365);
             if (V & 8) mc_ls3_B[79 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[80 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[81 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[82 * MC_W + l] = (cse_164 * cse_361);
-            if (V & 8) mc_ls3_B[83 * MC_W + l] = (-cse_145 * state_internal_X_4);
-            if (V & 8) mc_ls3_B[84 * MC_W + l] = (cse_253 * cse_351);
-            if (V & 8) mc_ls3_B[85 * MC_W + l] = (cse_253 * cse_352);
+            if (V & 8) mc_ls3_B[82 * MC_W + l] = (cse_135 * cse_377);
+            if (V & 8) mc_ls3_B[83 * MC_W + l] = (-cse_161 * state_internal_X_4);
+            if (V & 8) mc_ls3_B[84 * MC_W + l] = (cse_265 * cse_367);
+            if (V & 8) mc_ls3_B[85 * MC_W + l] = (cse_265 * cse_368);
             if (V & 8) mc_ls3_B[86 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[87 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[88 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[89 * MC_W + l] = (cse_169 * cse_361);
-            if (V & 8) mc_ls3_B[90 * MC_W + l] = (-cse_145 * state_internal_X_5);
-            if (V & 8) mc_ls3_B[91 * MC_W + l] = (-cse_145 - (cse_307 * ((cse_100 * cse_367) + (cse_347 * cse_365) + (cse_366 * cse_99) + (cse_137 * cse_139 * cse_94) + (cse_139 * cse_150 * cse_96) + (cse_139 * cse_155 * cse_97))) + (((real)2.0) * p_E * cse_305 * cse_324 * cse_363));
-            if (V & 8) mc_ls3_B[92 * MC_W + l] = (-cse_307 * (-(cse_116 * cse_366) - (cse_117 * cse_367) + (cse_137 * cse_139 * cse_331) + (cse_139 * cse_150 * cse_333) + (cse_139 * cse_155 * cse_332) - (cse_115 * cse_159 * cse_365)));
-            if (V & 8) mc_ls3_B[93 * MC_W + l] = (cse_306 * cse_322);
-            if (V & 8) mc_ls3_B[94 * MC_W + l] = (cse_323 * state_internal_ep);
-            if (V & 8) mc_ls3_B[95 * MC_W + l] = cse_322;
+            if (V & 8) mc_ls3_B[89 * MC_W + l] = (cse_137 * cse_377);
+            if (V & 8) mc_ls3_B[90 * MC_W + l] = (-cse_161 * state_internal_X_5);
+            if (V & 8) mc_ls3_B[91 * MC_W + l] = (-cse_161 - (cse_324 * ((cse_100 * cse_382) + (cse_363 * cse_380) + (cse_381 * cse_99) + (cse_153 * cse_155 * cse_94) + (cse_155 * cse_165 * cse_96) + (cse_155 * cse_170 * cse_97))) + (((real)2.0) * p_E * cse_319 * cse_321 * cse_323));
+            if (V & 8) mc_ls3_B[92 * MC_W + l] = (-cse_324 * (-(cse_116 * cse_381) - (cse_117 * cse_382) + (cse_153 * cse_155 * cse_347) + (cse_155 * cse_165 * cse_349) + (cse_155 * cse_170 * cse_348) - (cse_115 * cse_133 * cse_380)));
+            if (V & 8) mc_ls3_B[93 * MC_W + l] = (cse_317 * cse_339);
+            if (V & 8) mc_ls3_B[94 * MC_W + l] = (cse_340 * state_internal_ep);
+            if (V & 8) mc_ls3_B[95 * MC_W + l] = cse_339;
             if (V & 8) mc_ls3_B[96 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[97 * MC_W + l] = ((real)0.0);
             if (V & 8) v_cse_94[l] = cse_94;

@@ -94,10 +94,10 @@ def _torch_newton_1(
         ncse_27 = (ncse_26 * ncse_5)
         ncse_28 = (ncse_10 * ncse_26)
         ncse_29 = (ncse_3 * ncse_7)
-        ncse_122 = (ncse_11 - ncse_25 - ncse_27)
-        ncse_123 = (ncse_29 - ncse_27 - ncse_28)
-        ncse_124 = (ncse_8 - ncse_25 - ncse_28)
-        ncse_30 = torch.sqrt(torch.clamp((ncse_18 + ncse_21 + ncse_24 + (ncse_122 * ncse_122) + (ncse_123 * ncse_123) + (ncse_124 * ncse_124)), min=0.0))
+        ncse_120 = (ncse_11 - ncse_25 - ncse_27)
+        ncse_121 = (ncse_29 - ncse_27 - ncse_28)
+        ncse_122 = (ncse_8 - ncse_25 - ncse_28)
+        ncse_30 = torch.sqrt(torch.clamp((ncse_18 + ncse_21 + ncse_24 + (ncse_120 * ncse_120) + (ncse_121 * ncse_121) + (ncse_122 * ncse_122)), min=0.0))
         ncse_31 = _sdiv(1.0, ncse_30)
         ncse_32 = (0.5 * ncse_31)
         ncse_33 = (ncse_14 * ncse_32)
@@ -106,89 +106,87 @@ def _torch_newton_1(
         ncse_36 = (ncse_14 * ncse_31 * ncse_6)
         ncse_39 = (1.0 / p_eta)
         ncse_40 = (0.816496580927726 * (-p_sigma_y + (1.224744871391589 * ncse_30) - (p_K * state_internal_ep)))
-        ncse_41 = torch.clamp(ncse_40, min=0.0)
-        ncse_42 = (ncse_39 * ncse_41)
-        ncse_43 = torch.pow(ncse_42, p_n)
-        ncse_44 = torch.where(state_internal_gamma_rate == 0.0, 0.0, ncse_31)
-        ncse_45 = (-0.6666666666666666 * ncse_44)
-        ncse_46 = _sdiv(1.0, (2.0 * ncse_30))
-        ncse_47 = (torch.where(state_internal_gamma_rate == 0.0, 0.0, ncse_46) * torch.where(state_internal_gamma_rate == 0.0, 0.0, _sdiv(1.0, (ncse_30 * ncse_30))))
-        ncse_48 = (0.5 * ncse_47)
-        ncse_49 = (-ncse_13)
-        ncse_50 = (ncse_49 * ncse_6)
-        ncse_51 = (ncse_50 * state_internal_gamma_rate)
-        ncse_52 = (0.3333333333333333 * ncse_44)
-        ncse_53 = (ncse_12 * ncse_48)
-        ncse_54 = (-ncse_51 * (-ncse_52 - (ncse_34 * ncse_53)))
-        ncse_55 = (-ncse_51 * (-ncse_52 - (ncse_35 * ncse_53)))
-        ncse_56 = (ncse_16 * state_internal_gamma_rate)
-        ncse_57 = (ncse_12 * ncse_49)
-        ncse_58 = (ncse_17 * ncse_47)
-        ncse_59 = (ncse_57 * ncse_58)
-        ncse_60 = (ncse_56 * ncse_59)
-        ncse_61 = (ncse_59 * state_internal_gamma_rate)
-        ncse_62 = (ncse_20 * ncse_61)
-        ncse_63 = (ncse_23 * ncse_61)
-        ncse_64 = (-ncse_51 * (-ncse_52 - (ncse_34 * ncse_35 * ncse_48)))
-        ncse_65 = (ncse_49 * ncse_58)
-        ncse_66 = (ncse_34 * ncse_65)
-        ncse_67 = (ncse_56 * ncse_66)
-        ncse_68 = (ncse_66 * state_internal_gamma_rate)
-        ncse_69 = (ncse_20 * ncse_68)
-        ncse_70 = (ncse_23 * ncse_68)
-        ncse_71 = (ncse_32 * ncse_49)
-        ncse_72 = (ncse_35 * ncse_65)
-        ncse_73 = (ncse_56 * ncse_72)
-        ncse_74 = (ncse_72 * state_internal_gamma_rate)
-        ncse_75 = (ncse_20 * ncse_74)
-        ncse_76 = (ncse_23 * ncse_74)
-        ncse_77 = (-ncse_44)
-        ncse_78 = (2.0 * ncse_47)
-        ncse_79 = (p_E * p_E * p_E)
-        ncse_80 = (ncse_2 * ncse_2 * ncse_2)
-        ncse_81 = (ncse_49 * ncse_56 * ncse_78 * ncse_79 * ncse_80)
-        ncse_82 = (ncse_20 * ncse_81)
-        ncse_83 = (ncse_23 * ncse_81)
-        ncse_84 = (ncse_31 * ncse_50)
-        ncse_85 = (ncse_20 * ncse_23 * ncse_49 * ncse_78 * ncse_79 * ncse_80 * state_internal_gamma_rate)
-        ncse_86 = _powr_shift(ncse_43, ncse_42, (-1.0 + p_n))
-        ncse_87 = (p_n * ncse_86)
-        ncse_88 = (ncse_39 * ncse_87 * _heaviside(ncse_40))
-        ncse_89 = (ncse_46 * ncse_88)
-        ncse_90 = (ncse_6 * ncse_89)
-        ncse_91 = (2.0 * ncse_17 * ncse_89)
-        ncse_92 = torch.abs(state_internal_Ep_0)
-        ncse_93 = torch.abs(state_internal_Ep_1)
-        ncse_94 = (ncse_93 + torch.abs(forces_E_1))
-        ncse_95 = (torch.abs(p_E) * torch.abs(ncse_2))
-        ncse_96 = (0.6666666666666666 * ncse_95)
-        ncse_97 = (ncse_94 * ncse_96)
-        ncse_98 = (ncse_92 + torch.abs(forces_E_0))
-        ncse_99 = (1.3333333333333333 * ncse_95)
-        ncse_100 = torch.abs(state_internal_Ep_2)
-        ncse_101 = (ncse_100 + torch.abs(forces_E_2))
-        ncse_125 = torch.abs((1.0 / (1.0 - (2.0 * p_nu))))
-        ncse_102 = (2.6666666666666665 * ncse_95 * (ncse_101 + ncse_94 + ncse_98) * torch.abs(p_nu) * ncse_125)
-        ncse_103 = (ncse_102 + (ncse_101 * ncse_96))
-        ncse_104 = torch.abs(state_internal_gamma_rate)
-        ncse_105 = (ncse_104 * torch.abs(ncse_13))
-        ncse_106 = (ncse_105 * torch.abs(ncse_31))
-        ncse_107 = (0.5 * ncse_106)
-        ncse_108 = (ncse_92 + (ncse_107 * (ncse_103 + ncse_97 + (ncse_98 * ncse_99))) + torch.abs(old_state_internal_Ep_0))
-        ncse_109 = (ncse_96 * ncse_98)
-        ncse_110 = (ncse_93 + (ncse_107 * (ncse_103 + ncse_109 + (ncse_94 * ncse_99))) + torch.abs(old_state_internal_Ep_1))
-        ncse_111 = (ncse_100 + (ncse_107 * (ncse_102 + ncse_109 + ncse_97 + (ncse_101 * ncse_99))) + torch.abs(old_state_internal_Ep_2))
-        ncse_112 = torch.abs(state_internal_Ep_3)
-        ncse_113 = (ncse_106 * ncse_95)
-        ncse_114 = (ncse_112 + (ncse_113 * (ncse_112 + torch.abs(forces_E_3))) + torch.abs(old_state_internal_Ep_3))
-        ncse_115 = torch.abs(state_internal_Ep_4)
-        ncse_116 = (ncse_115 + (ncse_113 * (ncse_115 + torch.abs(forces_E_4))) + torch.abs(old_state_internal_Ep_4))
-        ncse_117 = torch.abs(state_internal_Ep_5)
-        ncse_118 = (ncse_117 + (ncse_113 * (ncse_117 + torch.abs(forces_E_5))) + torch.abs(old_state_internal_Ep_5))
-        ncse_119 = torch.abs(state_internal_ep)
-        ncse_120 = (ncse_119 + (0.816496580927726 * ncse_105) + torch.abs(old_state_internal_ep))
-        ncse_121 = (ncse_104 + (0.816496580927726 * ((ncse_119 * torch.abs(p_K)) + (1.224744871391589 * torch.abs(ncse_30)) + torch.abs(p_sigma_y)) * torch.abs(ncse_39) * torch.abs(ncse_87)) + torch.abs(ncse_43))
-        ncse_126 = (0.816496580927726 * ncse_49)
+        ncse_41 = (ncse_39 * torch.clamp(ncse_40, min=0.0))
+        ncse_42 = torch.pow(ncse_41, p_n)
+        ncse_43 = torch.where(state_internal_gamma_rate == 0.0, 0.0, ncse_31)
+        ncse_44 = (-0.6666666666666666 * ncse_43)
+        ncse_45 = _sdiv(1.0, (2.0 * ncse_30))
+        ncse_46 = (torch.where(state_internal_gamma_rate == 0.0, 0.0, ncse_45) * torch.where(state_internal_gamma_rate == 0.0, 0.0, _sdiv(1.0, (ncse_30 * ncse_30))))
+        ncse_47 = (0.5 * ncse_46)
+        ncse_48 = (-ncse_13)
+        ncse_49 = (ncse_48 * ncse_6)
+        ncse_50 = (ncse_49 * state_internal_gamma_rate)
+        ncse_51 = (0.3333333333333333 * ncse_43)
+        ncse_52 = (ncse_12 * ncse_47)
+        ncse_53 = (-ncse_50 * (-ncse_51 - (ncse_34 * ncse_52)))
+        ncse_54 = (-ncse_50 * (-ncse_51 - (ncse_35 * ncse_52)))
+        ncse_55 = (ncse_16 * state_internal_gamma_rate)
+        ncse_56 = (ncse_12 * ncse_48)
+        ncse_57 = (ncse_17 * ncse_46)
+        ncse_58 = (ncse_56 * ncse_57)
+        ncse_59 = (ncse_55 * ncse_58)
+        ncse_60 = (ncse_58 * state_internal_gamma_rate)
+        ncse_61 = (ncse_20 * ncse_60)
+        ncse_62 = (ncse_23 * ncse_60)
+        ncse_63 = (-ncse_50 * (-ncse_51 - (ncse_34 * ncse_35 * ncse_47)))
+        ncse_64 = (ncse_48 * ncse_57)
+        ncse_65 = (ncse_34 * ncse_64)
+        ncse_66 = (ncse_55 * ncse_65)
+        ncse_67 = (ncse_65 * state_internal_gamma_rate)
+        ncse_68 = (ncse_20 * ncse_67)
+        ncse_69 = (ncse_23 * ncse_67)
+        ncse_70 = (ncse_32 * ncse_48)
+        ncse_71 = (ncse_35 * ncse_64)
+        ncse_72 = (ncse_55 * ncse_71)
+        ncse_73 = (ncse_71 * state_internal_gamma_rate)
+        ncse_74 = (ncse_20 * ncse_73)
+        ncse_75 = (ncse_23 * ncse_73)
+        ncse_76 = (-ncse_43)
+        ncse_77 = (2.0 * ncse_46)
+        ncse_78 = (p_E * p_E * p_E)
+        ncse_79 = (ncse_2 * ncse_2 * ncse_2)
+        ncse_80 = (ncse_48 * ncse_55 * ncse_77 * ncse_78 * ncse_79)
+        ncse_81 = (ncse_20 * ncse_80)
+        ncse_82 = (ncse_23 * ncse_80)
+        ncse_83 = (ncse_31 * ncse_49)
+        ncse_84 = (ncse_20 * ncse_23 * ncse_48 * ncse_77 * ncse_78 * ncse_79 * state_internal_gamma_rate)
+        ncse_85 = (p_n * _powr_shift(ncse_42, ncse_41, (-1.0 + p_n)))
+        ncse_86 = (ncse_39 * ncse_85 * _heaviside(ncse_40))
+        ncse_87 = (ncse_45 * ncse_86)
+        ncse_88 = (ncse_6 * ncse_87)
+        ncse_89 = (2.0 * ncse_17 * ncse_87)
+        ncse_90 = torch.abs(state_internal_Ep_0)
+        ncse_91 = torch.abs(state_internal_Ep_1)
+        ncse_92 = (ncse_91 + torch.abs(forces_E_1))
+        ncse_93 = (torch.abs(p_E) * torch.abs(ncse_2))
+        ncse_94 = (0.6666666666666666 * ncse_93)
+        ncse_95 = (ncse_92 * ncse_94)
+        ncse_96 = (ncse_90 + torch.abs(forces_E_0))
+        ncse_97 = (1.3333333333333333 * ncse_93)
+        ncse_98 = torch.abs(state_internal_Ep_2)
+        ncse_99 = (ncse_98 + torch.abs(forces_E_2))
+        ncse_123 = torch.abs((1.0 / (1.0 - (2.0 * p_nu))))
+        ncse_100 = (2.6666666666666665 * ncse_93 * (ncse_92 + ncse_96 + ncse_99) * torch.abs(p_nu) * ncse_123)
+        ncse_101 = (ncse_100 + (ncse_94 * ncse_99))
+        ncse_102 = torch.abs(state_internal_gamma_rate)
+        ncse_103 = (ncse_102 * torch.abs(ncse_13))
+        ncse_104 = (ncse_103 * torch.abs(ncse_31))
+        ncse_105 = (0.5 * ncse_104)
+        ncse_106 = (ncse_90 + (ncse_105 * (ncse_101 + ncse_95 + (ncse_96 * ncse_97))) + torch.abs(old_state_internal_Ep_0))
+        ncse_107 = (ncse_94 * ncse_96)
+        ncse_108 = (ncse_91 + (ncse_105 * (ncse_101 + ncse_107 + (ncse_92 * ncse_97))) + torch.abs(old_state_internal_Ep_1))
+        ncse_109 = (ncse_98 + (ncse_105 * (ncse_100 + ncse_107 + ncse_95 + (ncse_97 * ncse_99))) + torch.abs(old_state_internal_Ep_2))
+        ncse_110 = torch.abs(state_internal_Ep_3)
+        ncse_111 = (ncse_104 * ncse_93)
+        ncse_112 = (ncse_110 + (ncse_111 * (ncse_110 + torch.abs(forces_E_3))) + torch.abs(old_state_internal_Ep_3))
+        ncse_113 = torch.abs(state_internal_Ep_4)
+        ncse_114 = (ncse_113 + (ncse_111 * (ncse_113 + torch.abs(forces_E_4))) + torch.abs(old_state_internal_Ep_4))
+        ncse_115 = torch.abs(state_internal_Ep_5)
+        ncse_116 = (ncse_115 + (ncse_111 * (ncse_115 + torch.abs(forces_E_5))) + torch.abs(old_state_internal_Ep_5))
+        ncse_117 = torch.abs(state_internal_ep)
+        ncse_118 = (ncse_117 + (0.816496580927726 * ncse_103) + torch.abs(old_state_internal_ep))
+        ncse_119 = (ncse_102 + (0.816496580927726 * ((ncse_117 * torch.abs(p_K)) + (1.224744871391589 * torch.abs(ncse_30)) + torch.abs(p_sigma_y)) * torch.abs(ncse_39) * torch.abs(ncse_85)) + torch.abs(ncse_42))
+        ncse_124 = (0.816496580927726 * ncse_48)
         nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_12 * ncse_33))
         nt1_r_1 = (-ncse_4 - old_state_internal_Ep_1 - (ncse_33 * ncse_34))
         nt1_r_2 = (-ncse_9 - old_state_internal_Ep_2 - (ncse_33 * ncse_35))
@@ -196,27 +194,27 @@ def _torch_newton_1(
         nt1_r_4 = (-ncse_19 - old_state_internal_Ep_4 - (ncse_20 * ncse_36))
         nt1_r_5 = (-ncse_22 - old_state_internal_Ep_5 - (ncse_23 * ncse_36))
         nt1_r_6 = (state_internal_ep - old_state_internal_ep - (0.816496580927726 * ncse_14))
-        nt1_r_7 = (state_internal_gamma_rate - ncse_43)
+        nt1_r_7 = (state_internal_gamma_rate - ncse_42)
         perzyna_iso_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)))
         if it1 == 0:
             nt1_rnorm0 = perzyna_iso_return_map_residual_norm
-        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * torch.where((3e+38 - ncse_108) > 0.0, ncse_108, 0.0))) & (torch.abs(nt1_r_1) <= (nt1_rtol * torch.where((3e+38 - ncse_110) > 0.0, ncse_110, 0.0))))
-        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_2) <= (nt1_rtol * torch.where((3e+38 - ncse_111) > 0.0, ncse_111, 0.0))) & (torch.abs(nt1_r_3) <= (nt1_rtol * torch.where((3e+38 - ncse_114) > 0.0, ncse_114, 0.0))))
-        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * torch.where((3e+38 - ncse_116) > 0.0, ncse_116, 0.0))) & (torch.abs(nt1_r_5) <= (nt1_rtol * torch.where((3e+38 - ncse_118) > 0.0, ncse_118, 0.0))))
-        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * torch.where((3e+38 - ncse_120) > 0.0, ncse_120, 0.0))) & (torch.abs(nt1_r_7) <= (nt1_rtol * torch.where((3e+38 - ncse_121) > 0.0, ncse_121, 0.0))))
+        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * torch.where((3e+38 - ncse_106) > 0.0, ncse_106, 0.0))) & (torch.abs(nt1_r_1) <= (nt1_rtol * torch.where((3e+38 - ncse_108) > 0.0, ncse_108, 0.0))))
+        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_2) <= (nt1_rtol * torch.where((3e+38 - ncse_109) > 0.0, ncse_109, 0.0))) & (torch.abs(nt1_r_3) <= (nt1_rtol * torch.where((3e+38 - ncse_112) > 0.0, ncse_112, 0.0))))
+        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * torch.where((3e+38 - ncse_114) > 0.0, ncse_114, 0.0))) & (torch.abs(nt1_r_5) <= (nt1_rtol * torch.where((3e+38 - ncse_116) > 0.0, ncse_116, 0.0))))
+        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * torch.where((3e+38 - ncse_118) > 0.0, ncse_118, 0.0))) & (torch.abs(nt1_r_7) <= (nt1_rtol * torch.where((3e+38 - ncse_119) > 0.0, ncse_119, 0.0))))
         perzyna_iso_return_map_converged = perzyna_iso_return_map_converged | (nt1_scaled3 | (perzyna_iso_return_map_residual_norm <= nt1_atol))
         go1 = ~perzyna_iso_return_map_converged & (perzyna_iso_return_map_residual_norm < float("inf"))
         if it1 == maxit1 or not bool(go1.any()):
             break
         nt1_A = _matrix([
-            [(1.0 - (ncse_51 * (-ncse_45 - (ncse_48 * (ncse_12 * ncse_12))))), ncse_54, ncse_55, ncse_60, ncse_62, ncse_63, 0.0, (ncse_32 * ncse_57)],
-            [ncse_54, (1.0 - (ncse_51 * (-ncse_45 - (ncse_48 * (ncse_34 * ncse_34))))), ncse_64, ncse_67, ncse_69, ncse_70, 0.0, (ncse_34 * ncse_71)],
-            [ncse_55, ncse_64, (1.0 - (ncse_51 * (-ncse_45 - (ncse_48 * (ncse_35 * ncse_35))))), ncse_73, ncse_75, ncse_76, 0.0, (ncse_35 * ncse_71)],
-            [ncse_60, ncse_67, ncse_73, (1.0 - (ncse_51 * (-ncse_77 - (ncse_18 * ncse_78)))), ncse_82, ncse_83, 0.0, (ncse_16 * ncse_84)],
-            [ncse_62, ncse_69, ncse_75, ncse_82, (1.0 - (ncse_51 * (-ncse_77 - (ncse_21 * ncse_78)))), ncse_85, 0.0, (ncse_20 * ncse_84)],
-            [ncse_63, ncse_70, ncse_76, ncse_83, ncse_85, (1.0 - (ncse_51 * (-ncse_77 - (ncse_24 * ncse_78)))), 0.0, (ncse_23 * ncse_84)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, ncse_126],
-            [(ncse_12 * ncse_90), (ncse_34 * ncse_90), (ncse_35 * ncse_90), (ncse_16 * ncse_91), (ncse_20 * ncse_91), (ncse_23 * ncse_91), (0.816496580927726 * p_K * ncse_88), 1.0],
+            [(1.0 - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_12 * ncse_12))))), ncse_53, ncse_54, ncse_59, ncse_61, ncse_62, 0.0, (ncse_32 * ncse_56)],
+            [ncse_53, (1.0 - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_34 * ncse_34))))), ncse_63, ncse_66, ncse_68, ncse_69, 0.0, (ncse_34 * ncse_70)],
+            [ncse_54, ncse_63, (1.0 - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_35 * ncse_35))))), ncse_72, ncse_74, ncse_75, 0.0, (ncse_35 * ncse_70)],
+            [ncse_59, ncse_66, ncse_72, (1.0 - (ncse_50 * (-ncse_76 - (ncse_18 * ncse_77)))), ncse_81, ncse_82, 0.0, (ncse_16 * ncse_83)],
+            [ncse_61, ncse_68, ncse_74, ncse_81, (1.0 - (ncse_50 * (-ncse_76 - (ncse_21 * ncse_77)))), ncse_84, 0.0, (ncse_20 * ncse_83)],
+            [ncse_62, ncse_69, ncse_75, ncse_82, ncse_84, (1.0 - (ncse_50 * (-ncse_76 - (ncse_24 * ncse_77)))), 0.0, (ncse_23 * ncse_83)],
+            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, ncse_124],
+            [(ncse_12 * ncse_88), (ncse_34 * ncse_88), (ncse_35 * ncse_88), (ncse_16 * ncse_89), (ncse_20 * ncse_89), (ncse_23 * ncse_89), (0.816496580927726 * p_K * ncse_86), 1.0],
         ], X)
         nt1_B = _matrix([
             [(-nt1_r_0)],
@@ -292,190 +290,162 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3,
         old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep,
         old_state_internal_gamma_rate, X, O)
-    ncse_0 = (-state_internal_Ep_0)
-    ncse_1 = (1.0 + p_nu)
-    ncse_2 = (1.0 / ncse_1)
-    ncse_3 = (forces_E_0 + ncse_0)
-    ncse_4 = (-state_internal_Ep_1)
-    ncse_5 = (forces_E_1 + ncse_4)
-    ncse_6 = (p_E * ncse_2)
-    ncse_7 = (0.6666666666666666 * ncse_6)
-    ncse_8 = (ncse_5 * ncse_7)
-    ncse_9 = (-state_internal_Ep_2)
-    ncse_10 = (forces_E_2 + ncse_9)
-    ncse_11 = (ncse_10 * ncse_7)
-    ncse_15 = (-state_internal_Ep_3)
-    ncse_16 = (forces_E_3 + ncse_15)
-    ncse_17 = ((p_E * p_E) * (ncse_2 * ncse_2))
-    ncse_18 = (ncse_17 * (ncse_16 * ncse_16))
-    ncse_19 = (-state_internal_Ep_4)
-    ncse_20 = (forces_E_4 + ncse_19)
-    ncse_21 = (ncse_17 * (ncse_20 * ncse_20))
-    ncse_22 = (-state_internal_Ep_5)
-    ncse_23 = (forces_E_5 + ncse_22)
-    ncse_24 = (ncse_17 * (ncse_23 * ncse_23))
-    ncse_25 = (0.3333333333333333 * ncse_3 * ncse_6)
-    ncse_26 = (0.3333333333333333 * ncse_6)
-    ncse_27 = (ncse_26 * ncse_5)
-    ncse_28 = (ncse_10 * ncse_26)
-    ncse_29 = (ncse_3 * ncse_7)
-    ncse_122 = (ncse_11 - ncse_25 - ncse_27)
-    ncse_123 = (ncse_29 - ncse_27 - ncse_28)
-    ncse_124 = (ncse_8 - ncse_25 - ncse_28)
-    ncse_30 = torch.sqrt(torch.clamp((ncse_18 + ncse_21 + ncse_24 + (ncse_122 * ncse_122) + (ncse_123 * ncse_123) + (ncse_124 * ncse_124)), min=0.0))
-    ncse_31 = _sdiv(1.0, ncse_30)
-    ncse_39 = (1.0 / p_eta)
-    ncse_40 = (0.816496580927726 * (-p_sigma_y + (1.224744871391589 * ncse_30) - (p_K * state_internal_ep)))
-    ncse_41 = torch.clamp(ncse_40, min=0.0)
-    ncse_42 = (ncse_39 * ncse_41)
-    ncse_43 = torch.pow(ncse_42, p_n)
-    ncse_86 = _powr_shift(ncse_43, ncse_42, (-1.0 + p_n))
-    nx_0 = ncse_31
-    nx_1 = ncse_30
-    nx_2 = ncse_86
-    nx_3 = ncse_41
-    nx_4 = ncse_43
     cse_0 = (forces_E_0 - state_internal_Ep_0)
     cse_1 = (forces_E_1 - state_internal_Ep_1)
     cse_2 = (forces_E_2 - state_internal_Ep_2)
-    cse_3 = (cse_0 + cse_1 + cse_2)
-    cse_4 = (2.0 * p_nu)
-    cse_5 = (1.0 - cse_4)
-    cse_6 = (1.0 / cse_5)
-    cse_7 = (p_nu * cse_6)
-    cse_8 = (cse_3 * cse_7)
-    cse_9 = (cse_0 + cse_8)
-    cse_10 = (1.0 + p_nu)
-    cse_11 = (1.0 / cse_10)
-    cse_12 = (p_E * cse_11)
-    cse_13 = (cse_1 + cse_8)
-    cse_14 = (cse_2 + cse_8)
-    cse_15 = (forces_E_3 - state_internal_Ep_3)
-    state_S_3 = (cse_12 * cse_15)
-    cse_17 = (forces_E_4 - state_internal_Ep_4)
-    state_S_4 = (cse_12 * cse_17)
-    cse_19 = (forces_E_5 - state_internal_Ep_5)
-    state_S_5 = (cse_12 * cse_19)
-    state_S_0 = (cse_12 * cse_9)
-    state_S_1 = (cse_12 * cse_13)
-    state_S_2 = (cse_12 * cse_14)
+    cse_3 = (1.0 + p_nu)
+    cse_4 = (1.0 / cse_3)
+    cse_5 = (p_E * cse_4)
+    cse_6 = (cse_0 * cse_5)
+    cse_7 = (cse_0 + cse_1 + cse_2)
+    cse_8 = (2.0 * p_nu)
+    cse_9 = (1.0 - cse_8)
+    cse_10 = (1.0 / cse_9)
+    cse_11 = (p_nu * cse_10)
+    cse_12 = (cse_11 * cse_5)
+    cse_13 = (cse_12 * cse_7)
+    cse_14 = (cse_1 * cse_5)
+    cse_15 = (cse_2 * cse_5)
+    cse_16 = (forces_E_3 - state_internal_Ep_3)
+    state_S_3 = (cse_16 * cse_5)
+    cse_18 = (forces_E_4 - state_internal_Ep_4)
+    state_S_4 = (cse_18 * cse_5)
+    cse_20 = (forces_E_5 - state_internal_Ep_5)
+    state_S_5 = (cse_20 * cse_5)
+    state_S_0 = (cse_13 + cse_6)
+    state_S_1 = (cse_13 + cse_14)
+    state_S_2 = (cse_13 + cse_15)
     if V & 14:  # tangent, jacobian, total
-        cse_21 = (cse_12 * cse_7)
-        cse_22 = (1.0 + cse_7)
-        cse_23 = (-cse_22)
-        cse_24 = (-cse_12)
-        cse_26 = (cse_11 * cse_11)
-        cse_30 = torch.where(state_internal_gamma_rate == 0.0, 0.0, nx_0)
-        cse_31 = (-0.6666666666666666 * cse_30)
-        cse_32 = _sdiv(1.0, (2.0 * nx_1))
-        cse_33 = torch.where(state_internal_gamma_rate == 0.0, 0.0, cse_32)
-        cse_34 = torch.where(state_internal_gamma_rate == 0.0, 0.0, _sdiv(1.0, (nx_1 * nx_1)))
-        cse_35 = (0.6666666666666666 * cse_1)
-        cse_36 = (0.6666666666666666 * cse_2)
-        cse_37 = (-cse_35 - cse_36 + (1.3333333333333333 * cse_0))
-        cse_38 = (p_E * p_E)
-        cse_39 = (cse_26 * cse_38)
-        cse_40 = (-cse_31 - (0.5 * cse_33 * cse_34 * cse_39 * (cse_37 * cse_37)))
-        cse_41 = (old_forces_t - forces_t)
-        cse_42 = (cse_41 * state_internal_gamma_rate)
-        cse_43 = (cse_12 * cse_42)
-        cse_44 = (cse_40 * cse_43)
-        cse_45 = (0.3333333333333333 * cse_30)
-        cse_46 = (0.6666666666666666 * cse_0)
-        cse_47 = (-cse_36 - cse_46 + (1.3333333333333333 * cse_1))
-        cse_48 = (cse_33 * cse_34)
-        cse_49 = (0.5 * cse_48)
-        cse_50 = (cse_37 * cse_39)
-        cse_51 = (cse_49 * cse_50)
-        cse_52 = (-cse_45 - (cse_47 * cse_51))
-        cse_53 = (-cse_43 * cse_52)
-        cse_54 = (-cse_35 - cse_46 + (1.3333333333333333 * cse_2))
-        cse_55 = (-cse_45 - (cse_51 * cse_54))
-        cse_56 = (-cse_43 * cse_55)
-        cse_57 = (cse_15 * cse_42)
-        cse_58 = (cse_11 * cse_11 * cse_11)
-        cse_59 = (cse_48 * (p_E * p_E * p_E))
-        cse_60 = (cse_37 * cse_59)
-        cse_61 = (cse_58 * cse_60)
-        cse_62 = (cse_57 * cse_61)
-        cse_63 = (cse_17 * cse_42)
-        cse_64 = (cse_61 * cse_63)
-        cse_65 = (cse_19 * cse_42)
-        cse_66 = (cse_61 * cse_65)
-        cse_67 = (cse_41 * nx_0)
-        cse_68 = (0.5 * cse_12)
-        cse_69 = (cse_67 * cse_68)
-        cse_70 = (-cse_31 - (0.5 * cse_33 * cse_34 * cse_39 * (cse_47 * cse_47)))
-        cse_71 = (cse_43 * cse_70)
-        cse_72 = (cse_39 * cse_47)
-        cse_73 = (-cse_45 - (cse_49 * cse_54 * cse_72))
-        cse_74 = (-cse_43 * cse_73)
-        cse_75 = (cse_58 * cse_59)
-        cse_76 = (cse_47 * cse_75)
-        cse_77 = (cse_57 * cse_76)
-        cse_78 = (cse_63 * cse_76)
-        cse_79 = (cse_65 * cse_76)
-        cse_80 = (-cse_31 - (0.5 * cse_33 * cse_34 * cse_39 * (cse_54 * cse_54)))
-        cse_81 = (cse_43 * cse_80)
-        cse_82 = (cse_54 * cse_75)
-        cse_83 = (cse_57 * cse_82)
-        cse_84 = (cse_63 * cse_82)
-        cse_85 = (cse_65 * cse_82)
-        cse_86 = (-cse_30)
-        cse_87 = (cse_15 * cse_15)
-        cse_88 = (2.0 * cse_87)
-        cse_89 = (cse_39 * cse_48)
-        cse_90 = (-cse_86 - (cse_88 * cse_89))
-        cse_91 = (cse_43 * cse_90)
-        cse_92 = (2.0 * cse_75)
-        cse_93 = (cse_57 * cse_92)
-        cse_94 = (cse_17 * cse_93)
-        cse_95 = (cse_19 * cse_93)
-        cse_96 = (cse_17 * cse_17)
-        cse_97 = (2.0 * cse_96)
-        cse_98 = (-cse_86 - (cse_89 * cse_97))
-        cse_99 = (cse_43 * cse_98)
-        cse_100 = (cse_19 * cse_63 * cse_92)
-        cse_101 = (cse_19 * cse_19)
-        cse_102 = (2.0 * cse_101)
-        cse_103 = (-cse_86 - (cse_102 * cse_89))
-        cse_104 = (cse_103 * cse_43)
-        cse_107 = (1.0 / p_eta)
-        cse_108 = (p_n * nx_2)
-        cse_109 = (cse_107 * cse_108 * _heaviside((0.816496580927726 * (-p_sigma_y + (1.224744871391589 * nx_1) - (p_K * state_internal_ep)))))
-        cse_110 = (cse_109 * cse_32)
-        cse_111 = (cse_110 * cse_50)
-        cse_112 = (cse_110 * cse_72)
-        cse_113 = (cse_110 * cse_39)
-        cse_114 = (cse_113 * cse_54)
-        cse_115 = (2.0 * cse_113)
-        cse_116 = (cse_115 * cse_15)
-        cse_117 = (cse_115 * cse_17)
-        cse_118 = (cse_115 * cse_19)
-        cse_119 = (0.816496580927726 * cse_109)
+        cse_22 = (-cse_12)
+        cse_25 = (cse_12 + cse_5)
+        cse_26 = (-cse_25)
+        cse_43 = (-cse_5)
+        cse_80 = (cse_4 * cse_4)
+        cse_108 = (cse_16 * cse_16)
+        cse_109 = (p_E * p_E)
+        cse_110 = (cse_109 * cse_80)
+        cse_111 = (cse_108 * cse_110)
+        cse_112 = (cse_18 * cse_18)
+        cse_113 = (cse_110 * cse_112)
+        cse_114 = (cse_20 * cse_20)
+        cse_115 = (cse_110 * cse_114)
+        cse_116 = (0.3333333333333333 * cse_6)
+        cse_117 = (0.3333333333333333 * cse_14)
+        cse_118 = (0.6666666666666666 * cse_15)
+        cse_119 = (0.6666666666666666 * cse_14)
+        cse_120 = (0.3333333333333333 * cse_15)
+        cse_121 = (0.6666666666666666 * cse_6)
+        cse_245 = (cse_118 - cse_116 - cse_117)
+        cse_246 = (cse_119 - cse_116 - cse_120)
+        cse_247 = (cse_121 - cse_117 - cse_120)
+        cse_122 = torch.sqrt(torch.clamp((cse_111 + cse_113 + cse_115 + (cse_245 * cse_245) + (cse_246 * cse_246) + (cse_247 * cse_247)), min=0.0))
+        cse_123 = _sdiv(1.0, cse_122)
+        cse_124 = torch.where(state_internal_gamma_rate == 0.0, 0.0, cse_123)
+        cse_125 = (-0.6666666666666666 * cse_124)
+        cse_126 = (-cse_118 - cse_119 + (1.3333333333333333 * p_E * cse_0 * cse_4))
+        cse_127 = torch.where(state_internal_gamma_rate == 0.0, 0.0, _sdiv(1.0, (cse_122 * cse_122)))
+        cse_128 = _sdiv(1.0, (2.0 * cse_122))
+        cse_129 = torch.where(state_internal_gamma_rate == 0.0, 0.0, cse_128)
+        cse_130 = (cse_127 * cse_129)
+        cse_131 = (0.5 * cse_130)
+        cse_132 = (-cse_125 - (cse_131 * (cse_126 * cse_126)))
+        cse_133 = (old_forces_t - forces_t)
+        cse_134 = (cse_133 * state_internal_gamma_rate)
+        cse_135 = (cse_134 * cse_5)
+        cse_136 = (cse_132 * cse_135)
+        cse_137 = (0.3333333333333333 * cse_124)
+        cse_138 = (-cse_118 - cse_121 + (1.3333333333333333 * p_E * cse_1 * cse_4))
+        cse_139 = (cse_126 * cse_131)
+        cse_140 = (-cse_137 - (cse_138 * cse_139))
+        cse_141 = (-cse_135 * cse_140)
+        cse_142 = (-cse_119 - cse_121 + (1.3333333333333333 * p_E * cse_2 * cse_4))
+        cse_143 = (-cse_137 - (cse_139 * cse_142))
+        cse_144 = (-cse_135 * cse_143)
+        cse_145 = (cse_126 * cse_130)
+        cse_146 = (cse_110 * cse_134)
+        cse_147 = (cse_145 * cse_146)
+        cse_148 = (cse_147 * cse_16)
+        cse_149 = (cse_147 * cse_18)
+        cse_150 = (cse_147 * cse_20)
+        cse_151 = (0.5 * cse_123)
+        cse_152 = (cse_133 * cse_151)
+        cse_153 = (-cse_125 - (cse_131 * (cse_138 * cse_138)))
+        cse_154 = (cse_135 * cse_153)
+        cse_155 = (-cse_137 - (cse_131 * cse_138 * cse_142))
+        cse_156 = (-cse_135 * cse_155)
+        cse_157 = (cse_130 * cse_138)
+        cse_158 = (cse_146 * cse_157)
+        cse_159 = (cse_158 * cse_16)
+        cse_160 = (cse_158 * cse_18)
+        cse_161 = (cse_158 * cse_20)
+        cse_162 = (-cse_125 - (cse_131 * (cse_142 * cse_142)))
+        cse_163 = (cse_135 * cse_162)
+        cse_164 = (cse_130 * cse_142)
+        cse_165 = (cse_146 * cse_164)
+        cse_166 = (cse_16 * cse_165)
+        cse_167 = (cse_165 * cse_18)
+        cse_168 = (cse_165 * cse_20)
+        cse_169 = (-cse_124)
+        cse_170 = (2.0 * cse_130)
+        cse_171 = (-cse_169 - (cse_111 * cse_170))
+        cse_172 = (cse_135 * cse_171)
+        cse_173 = (cse_16 * cse_170)
+        cse_174 = (cse_4 * cse_4 * cse_4)
+        cse_175 = (p_E * p_E * p_E)
+        cse_176 = (cse_134 * cse_174 * cse_175)
+        cse_177 = (cse_173 * cse_176)
+        cse_178 = (cse_177 * cse_18)
+        cse_179 = (cse_177 * cse_20)
+        cse_180 = (cse_123 * cse_133)
+        cse_181 = (-cse_169 - (cse_113 * cse_170))
+        cse_182 = (cse_135 * cse_181)
+        cse_183 = (cse_170 * cse_18)
+        cse_184 = (cse_176 * cse_183 * cse_20)
+        cse_185 = (-cse_169 - (cse_115 * cse_170))
+        cse_186 = (cse_135 * cse_185)
+        cse_189 = (cse_126 * cse_128)
+        cse_190 = (1.0 / p_eta)
+        cse_191 = (0.816496580927726 * (-p_sigma_y + (1.224744871391589 * cse_122) - (p_K * state_internal_ep)))
+        cse_192 = torch.clamp(cse_191, min=0.0)
+        cse_193 = (cse_190 * cse_192)
+        cse_194 = torch.pow(cse_193, p_n)
+        cse_195 = (p_n * _powr_shift(cse_194, cse_193, (-1.0 + p_n)))
+        cse_196 = (cse_190 * cse_195 * _heaviside(cse_191))
+        cse_197 = (cse_196 * cse_5)
+        cse_198 = (cse_189 * cse_197)
+        cse_199 = (cse_128 * cse_138)
+        cse_200 = (cse_197 * cse_199)
+        cse_201 = (cse_128 * cse_142)
+        cse_202 = (cse_197 * cse_201)
+        cse_203 = (2.0 * cse_128)
+        cse_204 = (cse_110 * cse_196 * cse_203)
+        cse_205 = (cse_16 * cse_204)
+        cse_206 = (cse_18 * cse_204)
+        cse_207 = (cse_20 * cse_204)
+        cse_208 = (0.816496580927726 * cse_196)
         # elimination lu1: 8x8, shared by the linear solves below, unrolled over structural nonzeros
         lu1_A = _matrix([
-            [(1.0 - cse_44), cse_53, cse_56, cse_62, cse_64, cse_66, 0.0, (cse_37 * cse_69)],
-            [cse_53, (1.0 - cse_71), cse_74, cse_77, cse_78, cse_79, 0.0, (cse_47 * cse_69)],
-            [cse_56, cse_74, (1.0 - cse_81), cse_83, cse_84, cse_85, 0.0, (cse_54 * cse_69)],
-            [cse_62, cse_77, cse_83, (1.0 - cse_91), cse_94, cse_95, 0.0, (cse_67 * state_S_3)],
-            [cse_64, cse_78, cse_84, cse_94, (1.0 - cse_99), cse_100, 0.0, (cse_67 * state_S_4)],
-            [cse_66, cse_79, cse_85, cse_95, cse_100, (1.0 - cse_104), 0.0, (cse_67 * state_S_5)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, (0.816496580927726 * cse_41)],
-            [cse_111, cse_112, cse_114, cse_116, cse_117, cse_118, (p_K * cse_119), 1.0],
+            [(1.0 - cse_136), cse_141, cse_144, cse_148, cse_149, cse_150, 0.0, (cse_126 * cse_152)],
+            [cse_141, (1.0 - cse_154), cse_156, cse_159, cse_160, cse_161, 0.0, (cse_138 * cse_152)],
+            [cse_144, cse_156, (1.0 - cse_163), cse_166, cse_167, cse_168, 0.0, (cse_142 * cse_152)],
+            [cse_148, cse_159, cse_166, (1.0 - cse_172), cse_178, cse_179, 0.0, (cse_180 * state_S_3)],
+            [cse_149, cse_160, cse_167, cse_178, (1.0 - cse_182), cse_184, 0.0, (cse_180 * state_S_4)],
+            [cse_150, cse_161, cse_168, cse_179, cse_184, (1.0 - cse_186), 0.0, (cse_180 * state_S_5)],
+            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, (0.816496580927726 * cse_133)],
+            [cse_198, cse_200, cse_202, cse_205, cse_206, cse_207, (p_K * cse_208), 1.0],
         ], X)
         lu1_s = _rowscale(lu1_A)
         lu1_LU, lu1_piv = torch.linalg.lu_factor_ex(lu1_A * lu1_s, check_errors=False)[:2]
         # linear solve 1: 8x8, 6 right-hand side(s) through elimination lu1
         ls1_B = _matrix([
-            [(-cse_44), cse_53, cse_56, cse_62, cse_64, cse_66],
-            [cse_53, (-cse_71), cse_74, cse_77, cse_78, cse_79],
-            [cse_56, cse_74, (-cse_81), cse_83, cse_84, cse_85],
-            [cse_62, cse_77, cse_83, (-cse_91), cse_94, cse_95],
-            [cse_64, cse_78, cse_84, cse_94, (-cse_99), cse_100],
-            [cse_66, cse_79, cse_85, cse_95, cse_100, (-cse_104)],
+            [(-cse_136), cse_141, cse_144, cse_148, cse_149, cse_150],
+            [cse_141, (-cse_154), cse_156, cse_159, cse_160, cse_161],
+            [cse_144, cse_156, (-cse_163), cse_166, cse_167, cse_168],
+            [cse_148, cse_159, cse_166, (-cse_172), cse_178, cse_179],
+            [cse_149, cse_160, cse_167, cse_178, (-cse_182), cse_184],
+            [cse_150, cse_161, cse_168, cse_179, cse_184, (-cse_186)],
             [0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_111, cse_112, cse_114, cse_116, cse_117, cse_118],
+            [cse_198, cse_200, cse_202, cse_205, cse_206, cse_207],
         ], X)
         ls1_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls1_B * lu1_s)
         d1 = ls1_X[:, 0, 0]
@@ -526,61 +496,79 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d46 = ls1_X[:, 7, 3]
         d47 = ls1_X[:, 7, 4]
         d48 = ls1_X[:, 7, 5]
-        d49 = (-(cse_21 * (d7 + d13)) + (p_E * cse_11 * (cse_22 + (cse_23 * d1))))
-        d50 = (-(cse_21 * (d8 + d14)) + (p_E * cse_11 * (cse_7 + (cse_23 * d2))))
-        d51 = (-(cse_21 * (d9 + d15)) + (p_E * cse_11 * (cse_7 + (cse_23 * d3))))
-        d52 = (-(cse_21 * (d10 + d16)) + (p_E * cse_11 * cse_23 * d4))
-        d53 = (-(cse_21 * (d11 + d17)) + (p_E * cse_11 * cse_23 * d5))
-        d54 = (-(cse_21 * (d12 + d18)) + (p_E * cse_11 * cse_23 * d6))
-        d55 = (-(cse_21 * (d1 + d13)) + (p_E * cse_11 * (cse_7 + (cse_23 * d7))))
-        d56 = (-(cse_21 * (d2 + d14)) + (p_E * cse_11 * (cse_22 + (cse_23 * d8))))
-        d57 = (-(cse_21 * (d3 + d15)) + (p_E * cse_11 * (cse_7 + (cse_23 * d9))))
-        d58 = (-(cse_21 * (d4 + d16)) + (p_E * cse_11 * cse_23 * d10))
-        d59 = (-(cse_21 * (d5 + d17)) + (p_E * cse_11 * cse_23 * d11))
-        d60 = (-(cse_21 * (d6 + d18)) + (p_E * cse_11 * cse_23 * d12))
-        d61 = (-(cse_21 * (d1 + d7)) + (p_E * cse_11 * (cse_7 + (cse_23 * d13))))
-        d62 = (-(cse_21 * (d2 + d8)) + (p_E * cse_11 * (cse_7 + (cse_23 * d14))))
-        d63 = (-(cse_21 * (d3 + d9)) + (p_E * cse_11 * (cse_22 + (cse_23 * d15))))
-        d64 = (-(cse_21 * (d4 + d10)) + (p_E * cse_11 * cse_23 * d16))
-        d65 = (-(cse_21 * (d5 + d11)) + (p_E * cse_11 * cse_23 * d17))
-        d66 = (-(cse_21 * (d6 + d12)) + (p_E * cse_11 * cse_23 * d18))
-        d67 = (cse_24 * d19)
-        d68 = (cse_24 * d20)
-        d69 = (cse_24 * d21)
-        d70 = (cse_12 + (cse_24 * d22))
-        d71 = (cse_24 * d23)
-        d72 = (cse_24 * d24)
-        d73 = (cse_24 * d25)
-        d74 = (cse_24 * d26)
-        d75 = (cse_24 * d27)
-        d76 = (cse_24 * d28)
-        d77 = (cse_12 + (cse_24 * d29))
-        d78 = (cse_24 * d30)
-        d79 = (cse_24 * d31)
-        d80 = (cse_24 * d32)
-        d81 = (cse_24 * d33)
-        d82 = (cse_24 * d34)
-        d83 = (cse_24 * d35)
-        d84 = (cse_12 + (cse_24 * d36))
+        cse_23 = (cse_22 * d13)
+        cse_24 = (cse_22 * d7)
+        cse_27 = (cse_22 * d14)
+        cse_28 = (cse_12 + (cse_22 * d8))
+        cse_29 = (cse_22 * d9)
+        cse_30 = (cse_12 + (cse_22 * d15))
+        cse_31 = (cse_22 * d10)
+        cse_32 = (cse_22 * d16)
+        cse_33 = (cse_22 * d11)
+        cse_34 = (cse_22 * d17)
+        cse_35 = (cse_22 * d12)
+        cse_36 = (cse_22 * d18)
+        cse_37 = (cse_12 + (cse_22 * d1))
+        cse_38 = (cse_22 * d2)
+        cse_39 = (cse_22 * d3)
+        cse_40 = (cse_22 * d4)
+        cse_41 = (cse_22 * d5)
+        cse_42 = (cse_22 * d6)
+        d49 = (cse_23 + cse_24 + cse_25 + (cse_26 * d1))
+        d50 = (cse_27 + cse_28 + (cse_26 * d2))
+        d51 = (cse_29 + cse_30 + (cse_26 * d3))
+        d52 = (cse_31 + cse_32 + (cse_26 * d4))
+        d53 = (cse_33 + cse_34 + (cse_26 * d5))
+        d54 = (cse_35 + cse_36 + (cse_26 * d6))
+        d55 = (cse_23 + cse_37 + (cse_26 * d7))
+        d56 = (cse_25 + cse_27 + cse_38 + (cse_26 * d8))
+        d57 = (cse_30 + cse_39 + (cse_26 * d9))
+        d58 = (cse_32 + cse_40 + (cse_26 * d10))
+        d59 = (cse_34 + cse_41 + (cse_26 * d11))
+        d60 = (cse_36 + cse_42 + (cse_26 * d12))
+        d61 = (cse_24 + cse_37 + (cse_26 * d13))
+        d62 = (cse_28 + cse_38 + (cse_26 * d14))
+        d63 = (cse_25 + cse_29 + cse_39 + (cse_26 * d15))
+        d64 = (cse_31 + cse_40 + (cse_26 * d16))
+        d65 = (cse_33 + cse_41 + (cse_26 * d17))
+        d66 = (cse_35 + cse_42 + (cse_26 * d18))
+        d67 = (cse_43 * d19)
+        d68 = (cse_43 * d20)
+        d69 = (cse_43 * d21)
+        d70 = (cse_5 + (cse_43 * d22))
+        d71 = (cse_43 * d23)
+        d72 = (cse_43 * d24)
+        d73 = (cse_43 * d25)
+        d74 = (cse_43 * d26)
+        d75 = (cse_43 * d27)
+        d76 = (cse_43 * d28)
+        d77 = (cse_5 + (cse_43 * d29))
+        d78 = (cse_43 * d30)
+        d79 = (cse_43 * d31)
+        d80 = (cse_43 * d32)
+        d81 = (cse_43 * d33)
+        d82 = (cse_43 * d34)
+        d83 = (cse_43 * d35)
+        d84 = (cse_5 + (cse_43 * d36))
     if V & 12:  # jacobian, total
-        cse_120 = (nx_0 * state_internal_gamma_rate)
-        cse_121 = (cse_120 * cse_68)
-        cse_122 = (cse_121 * cse_37)
-        cse_132 = (cse_121 * cse_47)
-        cse_134 = (cse_121 * cse_54)
-        cse_135 = (cse_120 * state_S_3)
-        cse_140 = (cse_120 * state_S_4)
-        cse_142 = (cse_120 * state_S_5)
-        cse_144 = (0.816496580927726 * state_internal_gamma_rate)
+        cse_209 = (cse_151 * state_internal_gamma_rate)
+        cse_210 = (cse_126 * cse_209)
+        cse_219 = (cse_138 * cse_209)
+        cse_222 = (cse_142 * cse_209)
+        cse_225 = (cse_123 * state_internal_gamma_rate)
+        cse_226 = (cse_225 * state_S_3)
+        cse_232 = (cse_225 * state_S_4)
+        cse_237 = (cse_225 * state_S_5)
+        cse_242 = (0.816496580927726 * state_internal_gamma_rate)
         # linear solve 2: 8x8, 9 right-hand side(s) through elimination lu1
         ls2_B = _matrix([
-            [cse_122, (-cse_122), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_132, (-cse_132), 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_134, (-cse_134), 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_135, (-cse_135), 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],
-            [cse_140, (-cse_140), 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0],
-            [cse_142, (-cse_142), 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
-            [cse_144, (-cse_144), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
+            [cse_210, (-cse_210), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_219, (-cse_219), 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_222, (-cse_222), 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_226, (-cse_226), 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],
+            [cse_232, (-cse_232), 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0],
+            [cse_237, (-cse_237), 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
+            [cse_242, (-cse_242), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
             [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
         ], X)
         ls2_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls2_B * lu1_s)
@@ -656,93 +644,143 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d154 = ls2_X[:, 7, 6]
         d155 = ls2_X[:, 7, 7]
         d156 = ls2_X[:, 7, 8]
-        d157 = (-(cse_21 * (d94 + d103)) + (p_E * cse_11 * cse_23 * d85))
-        d158 = (-(cse_21 * (d85 + d103)) + (p_E * cse_11 * cse_23 * d94))
-        d159 = (-(cse_21 * (d85 + d94)) + (p_E * cse_11 * cse_23 * d103))
-        d160 = (cse_24 * d112)
-        d161 = (cse_24 * d121)
-        d162 = (cse_24 * d130)
-        d163 = (-(cse_21 * (d95 + d104)) + (p_E * cse_11 * cse_23 * d86))
-        d164 = (-(cse_21 * (d86 + d104)) + (p_E * cse_11 * cse_23 * d95))
-        d165 = (-(cse_21 * (d86 + d95)) + (p_E * cse_11 * cse_23 * d104))
-        d166 = (cse_24 * d113)
-        d167 = (cse_24 * d122)
-        d168 = (cse_24 * d131)
-        d169 = (-(cse_21 * (d96 + d105)) + (p_E * cse_11 * cse_23 * d87))
-        d170 = (-(cse_21 * (d97 + d106)) + (p_E * cse_11 * cse_23 * d88))
-        d171 = (-(cse_21 * (d98 + d107)) + (p_E * cse_11 * cse_23 * d89))
-        d172 = (-(cse_21 * (d99 + d108)) + (p_E * cse_11 * cse_23 * d90))
-        d173 = (-(cse_21 * (d100 + d109)) + (p_E * cse_11 * cse_23 * d91))
-        d174 = (-(cse_21 * (d101 + d110)) + (p_E * cse_11 * cse_23 * d92))
-        d175 = (-(cse_21 * (d87 + d105)) + (p_E * cse_11 * cse_23 * d96))
-        d176 = (-(cse_21 * (d88 + d106)) + (p_E * cse_11 * cse_23 * d97))
-        d177 = (-(cse_21 * (d89 + d107)) + (p_E * cse_11 * cse_23 * d98))
-        d178 = (-(cse_21 * (d90 + d108)) + (p_E * cse_11 * cse_23 * d99))
-        d179 = (-(cse_21 * (d91 + d109)) + (p_E * cse_11 * cse_23 * d100))
-        d180 = (-(cse_21 * (d92 + d110)) + (p_E * cse_11 * cse_23 * d101))
-        d181 = (-(cse_21 * (d87 + d96)) + (p_E * cse_11 * cse_23 * d105))
-        d182 = (-(cse_21 * (d88 + d97)) + (p_E * cse_11 * cse_23 * d106))
-        d183 = (-(cse_21 * (d89 + d98)) + (p_E * cse_11 * cse_23 * d107))
-        d184 = (-(cse_21 * (d90 + d99)) + (p_E * cse_11 * cse_23 * d108))
-        d185 = (-(cse_21 * (d91 + d100)) + (p_E * cse_11 * cse_23 * d109))
-        d186 = (-(cse_21 * (d92 + d101)) + (p_E * cse_11 * cse_23 * d110))
-        d187 = (cse_24 * d114)
-        d188 = (cse_24 * d115)
-        d189 = (cse_24 * d116)
-        d190 = (cse_24 * d117)
-        d191 = (cse_24 * d118)
-        d192 = (cse_24 * d119)
-        d193 = (cse_24 * d123)
-        d194 = (cse_24 * d124)
-        d195 = (cse_24 * d125)
-        d196 = (cse_24 * d126)
-        d197 = (cse_24 * d127)
-        d198 = (cse_24 * d128)
-        d199 = (cse_24 * d132)
-        d200 = (cse_24 * d133)
-        d201 = (cse_24 * d134)
-        d202 = (cse_24 * d135)
-        d203 = (cse_24 * d136)
-        d204 = (cse_24 * d137)
-        d205 = (-(cse_21 * (d102 + d111)) + (p_E * cse_11 * cse_23 * d93))
-        d206 = (-(cse_21 * (d93 + d111)) + (p_E * cse_11 * cse_23 * d102))
-        d207 = (-(cse_21 * (d93 + d102)) + (p_E * cse_11 * cse_23 * d111))
-        d208 = (cse_24 * d120)
-        d209 = (cse_24 * d129)
-        d210 = (cse_24 * d138)
+        cse_44 = (cse_22 * d94)
+        cse_45 = (cse_22 * d103)
+        cse_46 = (cse_22 * d85)
+        cse_47 = (cse_22 * d95)
+        cse_48 = (cse_22 * d104)
+        cse_49 = (cse_22 * d86)
+        cse_50 = (cse_22 * d96)
+        cse_51 = (cse_22 * d105)
+        cse_52 = (cse_22 * d97)
+        cse_53 = (cse_22 * d106)
+        cse_54 = (cse_22 * d98)
+        cse_55 = (cse_22 * d107)
+        cse_56 = (cse_22 * d99)
+        cse_57 = (cse_22 * d108)
+        cse_58 = (cse_22 * d100)
+        cse_59 = (cse_22 * d109)
+        cse_60 = (cse_22 * d101)
+        cse_61 = (cse_22 * d110)
+        cse_62 = (cse_22 * d87)
+        cse_63 = (cse_22 * d88)
+        cse_64 = (cse_22 * d89)
+        cse_65 = (cse_22 * d90)
+        cse_66 = (cse_22 * d91)
+        cse_67 = (cse_22 * d92)
+        cse_68 = (cse_22 * d102)
+        cse_69 = (cse_22 * d111)
+        cse_70 = (cse_22 * d93)
+        d157 = (cse_44 + cse_45 + (cse_26 * d85))
+        d158 = (cse_45 + cse_46 + (cse_26 * d94))
+        d159 = (cse_44 + cse_46 + (cse_26 * d103))
+        d160 = (cse_43 * d112)
+        d161 = (cse_43 * d121)
+        d162 = (cse_43 * d130)
+        d163 = (cse_47 + cse_48 + (cse_26 * d86))
+        d164 = (cse_48 + cse_49 + (cse_26 * d95))
+        d165 = (cse_47 + cse_49 + (cse_26 * d104))
+        d166 = (cse_43 * d113)
+        d167 = (cse_43 * d122)
+        d168 = (cse_43 * d131)
+        d169 = (cse_50 + cse_51 + (cse_26 * d87))
+        d170 = (cse_52 + cse_53 + (cse_26 * d88))
+        d171 = (cse_54 + cse_55 + (cse_26 * d89))
+        d172 = (cse_56 + cse_57 + (cse_26 * d90))
+        d173 = (cse_58 + cse_59 + (cse_26 * d91))
+        d174 = (cse_60 + cse_61 + (cse_26 * d92))
+        d175 = (cse_51 + cse_62 + (cse_26 * d96))
+        d176 = (cse_53 + cse_63 + (cse_26 * d97))
+        d177 = (cse_55 + cse_64 + (cse_26 * d98))
+        d178 = (cse_57 + cse_65 + (cse_26 * d99))
+        d179 = (cse_59 + cse_66 + (cse_26 * d100))
+        d180 = (cse_61 + cse_67 + (cse_26 * d101))
+        d181 = (cse_50 + cse_62 + (cse_26 * d105))
+        d182 = (cse_52 + cse_63 + (cse_26 * d106))
+        d183 = (cse_54 + cse_64 + (cse_26 * d107))
+        d184 = (cse_56 + cse_65 + (cse_26 * d108))
+        d185 = (cse_58 + cse_66 + (cse_26 * d109))
+        d186 = (cse_60 + cse_67 + (cse_26 * d110))
+        d187 = (cse_43 * d114)
+        d188 = (cse_43 * d115)
+        d189 = (cse_43 * d116)
+        d190 = (cse_43 * d117)
+        d191 = (cse_43 * d118)
+        d192 = (cse_43 * d119)
+        d193 = (cse_43 * d123)
+        d194 = (cse_43 * d124)
+        d195 = (cse_43 * d125)
+        d196 = (cse_43 * d126)
+        d197 = (cse_43 * d127)
+        d198 = (cse_43 * d128)
+        d199 = (cse_43 * d132)
+        d200 = (cse_43 * d133)
+        d201 = (cse_43 * d134)
+        d202 = (cse_43 * d135)
+        d203 = (cse_43 * d136)
+        d204 = (cse_43 * d137)
+        d205 = (cse_68 + cse_69 + (cse_26 * d93))
+        d206 = (cse_69 + cse_70 + (cse_26 * d102))
+        d207 = (cse_68 + cse_70 + (cse_26 * d111))
+        d208 = (cse_43 * d120)
+        d209 = (cse_43 * d129)
+        d210 = (cse_43 * d138)
     if V & 8:  # total
-        cse_25 = (p_E * cse_23)
-        cse_27 = (cse_6 + (cse_4 * (cse_6 * cse_6)))
-        cse_28 = (cse_27 * cse_3)
-        cse_29 = (p_E * cse_26)
-        cse_123 = (cse_101 + cse_87 + cse_96)
-        cse_124 = (cse_38 * cse_48 * cse_58)
-        cse_125 = (-cse_123 * cse_124)
-        cse_126 = (cse_11 * cse_11 * cse_11 * cse_11)
-        cse_127 = (cse_123 * cse_126)
-        cse_128 = (-cse_3 * ((cse_11 * cse_27) - (cse_26 * cse_7)))
-        cse_129 = (-cse_128 - (cse_0 * cse_26))
-        cse_130 = (-cse_128 - (cse_1 * cse_26))
-        cse_131 = (-cse_128 - (cse_2 * cse_26))
-        cse_133 = (cse_127 * cse_59)
-        cse_136 = (cse_102 + cse_97)
-        cse_137 = ((cse_13 * cse_47) + (cse_14 * cse_54) + (cse_37 * cse_9))
-        cse_138 = ((cse_129 * cse_37) + (cse_130 * cse_47) + (cse_131 * cse_54))
-        cse_139 = (-cse_138 * cse_26)
-        cse_141 = (cse_102 + cse_88)
-        cse_143 = (cse_88 + cse_97)
-        cse_145 = (cse_136 + cse_88)
-        cse_146 = (cse_107 * nx_3)
+        cse_73 = (cse_11 * cse_7)
+        cse_74 = (cse_4 * cse_73)
+        cse_75 = (cse_74 + (cse_0 * cse_4))
+        cse_77 = (cse_74 + (cse_1 * cse_4))
+        cse_78 = (cse_74 + (cse_2 * cse_4))
+        cse_81 = (p_E * cse_80)
+        cse_82 = (cse_0 * cse_81)
+        cse_83 = (cse_5 * cse_7)
+        cse_84 = (cse_10 * cse_83)
+        cse_85 = (cse_73 * cse_81)
+        cse_86 = (-cse_85)
+        cse_87 = (cse_10 * cse_10)
+        cse_88 = (cse_8 * cse_83 * cse_87)
+        cse_91 = (cse_1 * cse_81)
+        cse_92 = (cse_2 * cse_81)
+        cse_93 = (cse_16 * cse_81)
+        cse_94 = (cse_18 * cse_81)
+        cse_95 = (cse_20 * cse_81)
+        cse_211 = (cse_108 * cse_81)
+        cse_212 = (cse_145 * cse_81)
+        cse_213 = (cse_109 * cse_174)
+        cse_214 = (cse_145 * cse_213)
+        cse_215 = (cse_85 - (p_E * cse_10 * cse_4 * cse_7) - (2.0 * p_E * p_nu * cse_4 * cse_7 * cse_87))
+        cse_216 = (-cse_215 - cse_82)
+        cse_217 = (-cse_215 - cse_92)
+        cse_218 = (-cse_215 - cse_91)
+        cse_220 = (cse_157 * cse_81)
+        cse_221 = (cse_157 * cse_213)
+        cse_223 = (cse_164 * cse_81)
+        cse_224 = (cse_164 * cse_213)
+        cse_227 = (cse_173 * cse_213)
+        cse_228 = (cse_145 * state_S_3)
+        cse_229 = (cse_157 * state_S_3)
+        cse_230 = (cse_164 * state_S_3)
+        cse_231 = (cse_4 * cse_4 * cse_4 * cse_4)
+        cse_233 = (cse_183 * cse_213)
+        cse_234 = (cse_145 * state_S_4)
+        cse_235 = (cse_157 * state_S_4)
+        cse_236 = (cse_164 * state_S_4)
+        cse_238 = (cse_170 * cse_20 * cse_213)
+        cse_239 = (cse_145 * state_S_5)
+        cse_240 = (cse_157 * state_S_5)
+        cse_241 = (cse_164 * state_S_5)
+        cse_243 = (cse_203 * cse_81)
+        cse_244 = (cse_203 * cse_213)
         # linear solve 3: 8x8, 6 right-hand side(s) through elimination lu1
         ls3_B = _matrix([
-            [(-cse_42 * ((cse_11 * ((cse_13 * cse_52) + (cse_14 * cse_55) + (cse_40 * cse_9))) + (cse_125 * cse_37))), (-cse_42 * ((p_E * ((cse_129 * cse_40) + (cse_130 * cse_52) + (cse_131 * cse_55))) + (cse_127 * cse_60))), 0.0, 0.0, 0.0, 0.0],
-            [(-cse_42 * ((cse_11 * ((cse_13 * cse_70) + (cse_14 * cse_73) + (cse_52 * cse_9))) + (cse_125 * cse_47))), (-cse_42 * ((p_E * ((cse_129 * cse_52) + (cse_130 * cse_70) + (cse_131 * cse_73))) + (cse_133 * cse_47))), 0.0, 0.0, 0.0, 0.0],
-            [(-cse_42 * ((cse_11 * ((cse_13 * cse_73) + (cse_14 * cse_80) + (cse_55 * cse_9))) + (cse_125 * cse_54))), (-cse_42 * ((p_E * ((cse_129 * cse_55) + (cse_130 * cse_73) + (cse_131 * cse_80))) + (cse_133 * cse_54))), 0.0, 0.0, 0.0, 0.0],
-            [(-cse_57 * ((cse_11 * cse_90) + (cse_124 * (-cse_136 - cse_137)))), (-cse_57 * ((cse_59 * (cse_139 + (cse_126 * cse_136))) - (cse_29 * cse_90))), 0.0, 0.0, 0.0, 0.0],
-            [(-cse_63 * ((cse_11 * cse_98) + (cse_124 * (-cse_137 - cse_141)))), (-cse_63 * ((cse_59 * (cse_139 + (cse_126 * cse_141))) - (cse_29 * cse_98))), 0.0, 0.0, 0.0, 0.0],
-            [(-cse_65 * ((cse_103 * cse_11) + (cse_124 * (-cse_137 - cse_143)))), (-cse_65 * ((cse_59 * (cse_139 + (cse_126 * cse_143))) - (cse_103 * cse_29))), 0.0, 0.0, 0.0, 0.0],
+            [(-cse_134 * ((cse_132 * cse_75) + (cse_140 * cse_77) + (cse_143 * cse_78) - (cse_112 * cse_212) - (cse_114 * cse_212) - (cse_145 * cse_211))), (-cse_134 * ((cse_108 * cse_214) + (cse_112 * cse_214) + (cse_114 * cse_214) + (cse_132 * cse_216) + (cse_140 * cse_218) + (cse_143 * cse_217))), 0.0, 0.0, 0.0, 0.0],
+            [(-cse_134 * ((cse_140 * cse_75) + (cse_153 * cse_77) + (cse_155 * cse_78) - (cse_112 * cse_220) - (cse_114 * cse_220) - (cse_157 * cse_211))), (-cse_134 * ((cse_108 * cse_221) + (cse_112 * cse_221) + (cse_114 * cse_221) + (cse_140 * cse_216) + (cse_153 * cse_218) + (cse_155 * cse_217))), 0.0, 0.0, 0.0, 0.0],
+            [(-cse_134 * ((cse_143 * cse_75) + (cse_155 * cse_77) + (cse_162 * cse_78) - (cse_112 * cse_223) - (cse_114 * cse_223) - (cse_164 * cse_211))), (-cse_134 * ((cse_108 * cse_224) + (cse_112 * cse_224) + (cse_114 * cse_224) + (cse_143 * cse_216) + (cse_155 * cse_218) + (cse_162 * cse_217))), 0.0, 0.0, 0.0, 0.0],
+            [(-cse_134 * (-(cse_112 * cse_227) - (cse_114 * cse_227) - (cse_228 * cse_75) - (cse_229 * cse_77) - (cse_230 * cse_78) + (cse_16 * cse_171 * cse_4))), (-cse_134 * (-(cse_171 * cse_93) - (cse_216 * cse_228) - (cse_217 * cse_230) - (cse_218 * cse_229) + (2.0 * cse_112 * cse_127 * cse_129 * cse_16 * cse_175 * cse_231) + (2.0 * cse_114 * cse_127 * cse_129 * cse_16 * cse_175 * cse_231))), 0.0, 0.0, 0.0, 0.0],
+            [(-cse_134 * (-(cse_108 * cse_233) - (cse_114 * cse_233) - (cse_234 * cse_75) - (cse_235 * cse_77) - (cse_236 * cse_78) + (cse_18 * cse_181 * cse_4))), (-cse_134 * (-(cse_181 * cse_94) - (cse_216 * cse_234) - (cse_217 * cse_236) - (cse_218 * cse_235) + (2.0 * cse_108 * cse_127 * cse_129 * cse_175 * cse_18 * cse_231) + (2.0 * cse_114 * cse_127 * cse_129 * cse_175 * cse_18 * cse_231))), 0.0, 0.0, 0.0, 0.0],
+            [(-cse_134 * (-(cse_108 * cse_238) - (cse_112 * cse_238) - (cse_239 * cse_75) - (cse_240 * cse_77) - (cse_241 * cse_78) + (cse_185 * cse_20 * cse_4))), (-cse_134 * (-(cse_185 * cse_95) - (cse_216 * cse_239) - (cse_217 * cse_241) - (cse_218 * cse_240) + (2.0 * cse_108 * cse_127 * cse_129 * cse_175 * cse_20 * cse_231) + (2.0 * cse_112 * cse_127 * cse_129 * cse_175 * cse_20 * cse_231))), 0.0, 0.0, 0.0, 0.0],
             [0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [(cse_110 * cse_29 * (cse_137 + cse_145)), (cse_110 * cse_38 * ((cse_11 * cse_138) - (cse_145 * cse_58))), (-cse_119 * state_internal_ep), (-cse_119), (-cse_108 * nx_3 * (cse_107 * cse_107)), torch.where(cse_146 > 0.0, (nx_4 * torch.log(cse_146)), 0.0)],
+            [(cse_196 * ((cse_112 * cse_243) + (cse_114 * cse_243) + (cse_189 * cse_75) + (cse_199 * cse_77) + (cse_201 * cse_78) + (cse_203 * cse_211))), (cse_196 * (-(cse_108 * cse_244) - (cse_112 * cse_244) - (cse_114 * cse_244) + (cse_126 * cse_128 * cse_216) + (cse_128 * cse_138 * cse_218) + (cse_128 * cse_142 * cse_217))), (-cse_208 * state_internal_ep), (-cse_208), (-cse_192 * cse_195 * (cse_190 * cse_190)), torch.where(cse_193 > 0.0, (cse_194 * torch.log(cse_193)), 0.0)],
         ], X)
         ls3_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls3_B * lu1_s)
         d211 = ls3_X[:, 0, 0]
@@ -793,42 +831,60 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d256 = ls3_X[:, 7, 3]
         d257 = ls3_X[:, 7, 4]
         d258 = ls3_X[:, 7, 5]
-        d259 = ((cse_11 * (cse_9 + (cse_25 * d211))) - (cse_21 * (d217 + d223)))
-        d260 = ((cse_11 * (cse_13 + (cse_25 * d217))) - (cse_21 * (d211 + d223)))
-        d261 = ((cse_11 * (cse_14 + (cse_25 * d223))) - (cse_21 * (d211 + d217)))
-        d262 = ((cse_11 * cse_15) + (cse_24 * d229))
-        d263 = ((cse_11 * cse_17) + (cse_24 * d235))
-        d264 = ((cse_11 * cse_19) + (cse_24 * d241))
-        d265 = ((p_E * ((cse_11 * (cse_28 + (cse_23 * d212))) - (cse_26 * cse_9))) - (cse_21 * (d218 + d224)))
-        d266 = ((p_E * ((cse_11 * (cse_28 + (cse_23 * d218))) - (cse_13 * cse_26))) - (cse_21 * (d212 + d224)))
-        d267 = ((p_E * ((cse_11 * (cse_28 + (cse_23 * d224))) - (cse_14 * cse_26))) - (cse_21 * (d212 + d218)))
-        d268 = ((cse_24 * d230) - (cse_15 * cse_29))
-        d269 = ((cse_24 * d236) - (cse_17 * cse_29))
-        d270 = ((cse_24 * d242) - (cse_19 * cse_29))
-        d271 = (-(cse_21 * (d219 + d225)) + (p_E * cse_11 * cse_23 * d213))
-        d272 = (-(cse_21 * (d213 + d225)) + (p_E * cse_11 * cse_23 * d219))
-        d273 = (-(cse_21 * (d213 + d219)) + (p_E * cse_11 * cse_23 * d225))
-        d274 = (cse_24 * d231)
-        d275 = (cse_24 * d237)
-        d276 = (cse_24 * d243)
-        d277 = (-(cse_21 * (d220 + d226)) + (p_E * cse_11 * cse_23 * d214))
-        d278 = (-(cse_21 * (d214 + d226)) + (p_E * cse_11 * cse_23 * d220))
-        d279 = (-(cse_21 * (d214 + d220)) + (p_E * cse_11 * cse_23 * d226))
-        d280 = (cse_24 * d232)
-        d281 = (cse_24 * d238)
-        d282 = (cse_24 * d244)
-        d283 = (-(cse_21 * (d221 + d227)) + (p_E * cse_11 * cse_23 * d215))
-        d284 = (-(cse_21 * (d215 + d227)) + (p_E * cse_11 * cse_23 * d221))
-        d285 = (-(cse_21 * (d215 + d221)) + (p_E * cse_11 * cse_23 * d227))
-        d286 = (cse_24 * d233)
-        d287 = (cse_24 * d239)
-        d288 = (cse_24 * d245)
-        d289 = (-(cse_21 * (d222 + d228)) + (p_E * cse_11 * cse_23 * d216))
-        d290 = (-(cse_21 * (d216 + d228)) + (p_E * cse_11 * cse_23 * d222))
-        d291 = (-(cse_21 * (d216 + d222)) + (p_E * cse_11 * cse_23 * d228))
-        d292 = (cse_24 * d234)
-        d293 = (cse_24 * d240)
-        d294 = (cse_24 * d246)
+        cse_71 = (cse_22 * d217)
+        cse_72 = (cse_22 * d223)
+        cse_76 = (cse_22 * d211)
+        cse_79 = (cse_22 * d218)
+        cse_89 = (cse_84 + cse_86 + cse_88 + (cse_22 * d224))
+        cse_90 = (cse_22 * d212)
+        cse_96 = (cse_22 * d219)
+        cse_97 = (cse_22 * d225)
+        cse_98 = (cse_22 * d213)
+        cse_99 = (cse_22 * d220)
+        cse_100 = (cse_22 * d226)
+        cse_101 = (cse_22 * d214)
+        cse_102 = (cse_22 * d221)
+        cse_103 = (cse_22 * d227)
+        cse_104 = (cse_22 * d215)
+        cse_105 = (cse_22 * d222)
+        cse_106 = (cse_22 * d228)
+        cse_107 = (cse_22 * d216)
+        d259 = (cse_71 + cse_72 + cse_75 + (cse_26 * d211))
+        d260 = (cse_72 + cse_76 + cse_77 + (cse_26 * d217))
+        d261 = (cse_71 + cse_76 + cse_78 + (cse_26 * d223))
+        d262 = ((cse_16 * cse_4) + (cse_43 * d229))
+        d263 = ((cse_18 * cse_4) + (cse_43 * d235))
+        d264 = ((cse_20 * cse_4) + (cse_43 * d241))
+        d265 = (cse_79 + cse_89 - cse_82 + (cse_26 * d212))
+        d266 = (cse_89 + cse_90 - cse_91 + (cse_26 * d218))
+        d267 = (cse_79 + cse_84 + cse_86 + cse_88 + cse_90 - cse_92 + (cse_26 * d224))
+        d268 = (-cse_93 + (cse_43 * d230))
+        d269 = (-cse_94 + (cse_43 * d236))
+        d270 = (-cse_95 + (cse_43 * d242))
+        d271 = (cse_96 + cse_97 + (cse_26 * d213))
+        d272 = (cse_97 + cse_98 + (cse_26 * d219))
+        d273 = (cse_96 + cse_98 + (cse_26 * d225))
+        d274 = (cse_43 * d231)
+        d275 = (cse_43 * d237)
+        d276 = (cse_43 * d243)
+        d277 = (cse_100 + cse_99 + (cse_26 * d214))
+        d278 = (cse_100 + cse_101 + (cse_26 * d220))
+        d279 = (cse_101 + cse_99 + (cse_26 * d226))
+        d280 = (cse_43 * d232)
+        d281 = (cse_43 * d238)
+        d282 = (cse_43 * d244)
+        d283 = (cse_102 + cse_103 + (cse_26 * d215))
+        d284 = (cse_103 + cse_104 + (cse_26 * d221))
+        d285 = (cse_102 + cse_104 + (cse_26 * d227))
+        d286 = (cse_43 * d233)
+        d287 = (cse_43 * d239)
+        d288 = (cse_43 * d245)
+        d289 = (cse_105 + cse_106 + (cse_26 * d216))
+        d290 = (cse_106 + cse_107 + (cse_26 * d222))
+        d291 = (cse_105 + cse_107 + (cse_26 * d228))
+        d292 = (cse_43 * d234)
+        d293 = (cse_43 * d240)
+        d294 = (cse_43 * d246)
     # outputs
     Y = torch.empty((X.shape[0], 14), dtype=X.dtype, device=X.device)
     _put(Y, range(0, 14), (
@@ -951,23 +1007,6 @@ if triton is not None:
         return s6, s10, s8, s12, s7, s11, s9, s13
 
     @triton.jit
-    def _mc_pos(x):
-        return tl.where(x < 0.0, 0.0, x)
-
-    @triton.jit
-    def _mc_sdiv(a, b):
-        nz = b != 0.0
-        return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
-
-    @triton.jit
-    def _mc_powr_shift(P, a, e):
-        zero = tl.zeros_like(a)
-        z = tl.where(e > 0.0, zero, tl.where(e == 0.0, zero + 1.0, tl.where(e < 0.0, zero + float("inf"),
-                                                                             zero + float("nan"))))
-        nz = a != 0.0
-        return tl.where(nz, P / tl.where(nz, a, 1.0), z)
-
-    @triton.jit
     def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
         t0 = tl.join(a0, a2)
         t1 = tl.join(a1, a3)
@@ -989,6 +1028,23 @@ if triton is not None:
     def _mc_row2(a0, a1, BLOCK: tl.constexpr):
         t0 = tl.join(a0, a1)
         return tl.reshape(t0, [BLOCK, 2])
+
+    @triton.jit
+    def _mc_pos(x):
+        return tl.where(x < 0.0, 0.0, x)
+
+    @triton.jit
+    def _mc_sdiv(a, b):
+        nz = b != 0.0
+        return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
+
+    @triton.jit
+    def _mc_powr_shift(P, a, e):
+        zero = tl.zeros_like(a)
+        z = tl.where(e > 0.0, zero, tl.where(e == 0.0, zero + 1.0, tl.where(e < 0.0, zero + float("inf"),
+                                                                             zero + float("nan"))))
+        nz = a != 0.0
+        return tl.where(nz, P / tl.where(nz, a, 1.0), z)
 
     @triton.jit
     def _mc_row32(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, BLOCK: tl.constexpr):
@@ -1555,10 +1611,10 @@ if triton is not None:
             ncse_27 = (ncse_26 * ncse_5)
             ncse_28 = (ncse_10 * ncse_26)
             ncse_29 = (ncse_3 * ncse_7)
-            ncse_122 = (ncse_11 - ncse_25 - ncse_27)
-            ncse_123 = (ncse_29 - ncse_27 - ncse_28)
-            ncse_124 = (ncse_8 - ncse_25 - ncse_28)
-            ncse_30 = tl.sqrt(_mc_pos((ncse_18 + ncse_21 + ncse_24 + (ncse_122 * ncse_122) + (ncse_123 * ncse_123) + (ncse_124 * ncse_124))))
+            ncse_120 = (ncse_11 - ncse_25 - ncse_27)
+            ncse_121 = (ncse_29 - ncse_27 - ncse_28)
+            ncse_122 = (ncse_8 - ncse_25 - ncse_28)
+            ncse_30 = tl.sqrt(_mc_pos((ncse_18 + ncse_21 + ncse_24 + (ncse_120 * ncse_120) + (ncse_121 * ncse_121) + (ncse_122 * ncse_122))))
             ncse_31 = _mc_sdiv(K1, ncse_30)
             ncse_32 = (K5 * ncse_31)
             ncse_33 = (ncse_14 * ncse_32)
@@ -1567,89 +1623,87 @@ if triton is not None:
             ncse_36 = (ncse_14 * ncse_31 * ncse_6)
             ncse_39 = (K1 / p_eta)
             ncse_40 = (K6 * (-p_sigma_y + (K7 * ncse_30) - (p_K * state_internal_ep)))
-            ncse_41 = _mc_pos(ncse_40)
-            ncse_42 = (ncse_39 * ncse_41)
-            ncse_43 = tl.exp(p_n * tl.log(ncse_42))
-            ncse_44 = tl.where(state_internal_gamma_rate == 0.0, K8, ncse_31)
-            ncse_45 = (-K2 * ncse_44)
-            ncse_46 = _mc_sdiv(K1, (K9 * ncse_30))
-            ncse_47 = (tl.where(state_internal_gamma_rate == 0.0, K8, ncse_46) * tl.where(state_internal_gamma_rate == 0.0, K8, _mc_sdiv(K1, (ncse_30 * ncse_30))))
-            ncse_48 = (K5 * ncse_47)
-            ncse_49 = (-ncse_13)
-            ncse_50 = (ncse_49 * ncse_6)
-            ncse_51 = (ncse_50 * state_internal_gamma_rate)
-            ncse_52 = (K4 * ncse_44)
-            ncse_53 = (ncse_12 * ncse_48)
-            ncse_54 = (-ncse_51 * (-ncse_52 - (ncse_34 * ncse_53)))
-            ncse_55 = (-ncse_51 * (-ncse_52 - (ncse_35 * ncse_53)))
-            ncse_56 = (ncse_16 * state_internal_gamma_rate)
-            ncse_57 = (ncse_12 * ncse_49)
-            ncse_58 = (ncse_17 * ncse_47)
-            ncse_59 = (ncse_57 * ncse_58)
-            ncse_60 = (ncse_56 * ncse_59)
-            ncse_61 = (ncse_59 * state_internal_gamma_rate)
-            ncse_62 = (ncse_20 * ncse_61)
-            ncse_63 = (ncse_23 * ncse_61)
-            ncse_64 = (-ncse_51 * (-ncse_52 - (ncse_34 * ncse_35 * ncse_48)))
-            ncse_65 = (ncse_49 * ncse_58)
-            ncse_66 = (ncse_34 * ncse_65)
-            ncse_67 = (ncse_56 * ncse_66)
-            ncse_68 = (ncse_66 * state_internal_gamma_rate)
-            ncse_69 = (ncse_20 * ncse_68)
-            ncse_70 = (ncse_23 * ncse_68)
-            ncse_71 = (ncse_32 * ncse_49)
-            ncse_72 = (ncse_35 * ncse_65)
-            ncse_73 = (ncse_56 * ncse_72)
-            ncse_74 = (ncse_72 * state_internal_gamma_rate)
-            ncse_75 = (ncse_20 * ncse_74)
-            ncse_76 = (ncse_23 * ncse_74)
-            ncse_77 = (-ncse_44)
-            ncse_78 = (K9 * ncse_47)
-            ncse_79 = (p_E * p_E * p_E)
-            ncse_80 = (ncse_2 * ncse_2 * ncse_2)
-            ncse_81 = (ncse_49 * ncse_56 * ncse_78 * ncse_79 * ncse_80)
-            ncse_82 = (ncse_20 * ncse_81)
-            ncse_83 = (ncse_23 * ncse_81)
-            ncse_84 = (ncse_31 * ncse_50)
-            ncse_85 = (ncse_20 * ncse_23 * ncse_49 * ncse_78 * ncse_79 * ncse_80 * state_internal_gamma_rate)
-            ncse_86 = _mc_powr_shift(ncse_43, ncse_42, (-K1 + p_n))
-            ncse_87 = (p_n * ncse_86)
-            ncse_88 = (ncse_39 * ncse_87 * tl.where(ncse_40 > 0.0, 1.0, 0.0))
-            ncse_89 = (ncse_46 * ncse_88)
-            ncse_90 = (ncse_6 * ncse_89)
-            ncse_91 = (K9 * ncse_17 * ncse_89)
-            ncse_92 = tl.abs(state_internal_Ep_0)
-            ncse_93 = tl.abs(state_internal_Ep_1)
-            ncse_94 = (ncse_93 + tl.abs(forces_E_1))
-            ncse_95 = (tl.abs(p_E) * tl.abs(ncse_2))
-            ncse_96 = (K2 * ncse_95)
-            ncse_97 = (ncse_94 * ncse_96)
-            ncse_98 = (ncse_92 + tl.abs(forces_E_0))
-            ncse_99 = (K3 * ncse_95)
-            ncse_100 = tl.abs(state_internal_Ep_2)
-            ncse_101 = (ncse_100 + tl.abs(forces_E_2))
-            ncse_125 = tl.abs((K1 / (K1 - (K9 * p_nu))))
-            ncse_102 = (K10 * ncse_95 * (ncse_101 + ncse_94 + ncse_98) * tl.abs(p_nu) * ncse_125)
-            ncse_103 = (ncse_102 + (ncse_101 * ncse_96))
-            ncse_104 = tl.abs(state_internal_gamma_rate)
-            ncse_105 = (ncse_104 * tl.abs(ncse_13))
-            ncse_106 = (ncse_105 * tl.abs(ncse_31))
-            ncse_107 = (K5 * ncse_106)
-            ncse_108 = (ncse_92 + (ncse_107 * (ncse_103 + ncse_97 + (ncse_98 * ncse_99))) + tl.abs(old_state_internal_Ep_0))
-            ncse_109 = (ncse_96 * ncse_98)
-            ncse_110 = (ncse_93 + (ncse_107 * (ncse_103 + ncse_109 + (ncse_94 * ncse_99))) + tl.abs(old_state_internal_Ep_1))
-            ncse_111 = (ncse_100 + (ncse_107 * (ncse_102 + ncse_109 + ncse_97 + (ncse_101 * ncse_99))) + tl.abs(old_state_internal_Ep_2))
-            ncse_112 = tl.abs(state_internal_Ep_3)
-            ncse_113 = (ncse_106 * ncse_95)
-            ncse_114 = (ncse_112 + (ncse_113 * (ncse_112 + tl.abs(forces_E_3))) + tl.abs(old_state_internal_Ep_3))
-            ncse_115 = tl.abs(state_internal_Ep_4)
-            ncse_116 = (ncse_115 + (ncse_113 * (ncse_115 + tl.abs(forces_E_4))) + tl.abs(old_state_internal_Ep_4))
-            ncse_117 = tl.abs(state_internal_Ep_5)
-            ncse_118 = (ncse_117 + (ncse_113 * (ncse_117 + tl.abs(forces_E_5))) + tl.abs(old_state_internal_Ep_5))
-            ncse_119 = tl.abs(state_internal_ep)
-            ncse_120 = (ncse_119 + (K6 * ncse_105) + tl.abs(old_state_internal_ep))
-            ncse_121 = (ncse_104 + (K6 * ((ncse_119 * tl.abs(p_K)) + (K7 * tl.abs(ncse_30)) + tl.abs(p_sigma_y)) * tl.abs(ncse_39) * tl.abs(ncse_87)) + tl.abs(ncse_43))
-            ncse_126 = (K6 * ncse_49)
+            ncse_41 = (ncse_39 * _mc_pos(ncse_40))
+            ncse_42 = tl.exp(p_n * tl.log(ncse_41))
+            ncse_43 = tl.where(state_internal_gamma_rate == 0.0, K8, ncse_31)
+            ncse_44 = (-K2 * ncse_43)
+            ncse_45 = _mc_sdiv(K1, (K9 * ncse_30))
+            ncse_46 = (tl.where(state_internal_gamma_rate == 0.0, K8, ncse_45) * tl.where(state_internal_gamma_rate == 0.0, K8, _mc_sdiv(K1, (ncse_30 * ncse_30))))
+            ncse_47 = (K5 * ncse_46)
+            ncse_48 = (-ncse_13)
+            ncse_49 = (ncse_48 * ncse_6)
+            ncse_50 = (ncse_49 * state_internal_gamma_rate)
+            ncse_51 = (K4 * ncse_43)
+            ncse_52 = (ncse_12 * ncse_47)
+            ncse_53 = (-ncse_50 * (-ncse_51 - (ncse_34 * ncse_52)))
+            ncse_54 = (-ncse_50 * (-ncse_51 - (ncse_35 * ncse_52)))
+            ncse_55 = (ncse_16 * state_internal_gamma_rate)
+            ncse_56 = (ncse_12 * ncse_48)
+            ncse_57 = (ncse_17 * ncse_46)
+            ncse_58 = (ncse_56 * ncse_57)
+            ncse_59 = (ncse_55 * ncse_58)
+            ncse_60 = (ncse_58 * state_internal_gamma_rate)
+            ncse_61 = (ncse_20 * ncse_60)
+            ncse_62 = (ncse_23 * ncse_60)
+            ncse_63 = (-ncse_50 * (-ncse_51 - (ncse_34 * ncse_35 * ncse_47)))
+            ncse_64 = (ncse_48 * ncse_57)
+            ncse_65 = (ncse_34 * ncse_64)
+            ncse_66 = (ncse_55 * ncse_65)
+            ncse_67 = (ncse_65 * state_internal_gamma_rate)
+            ncse_68 = (ncse_20 * ncse_67)
+            ncse_69 = (ncse_23 * ncse_67)
+            ncse_70 = (ncse_32 * ncse_48)
+            ncse_71 = (ncse_35 * ncse_64)
+            ncse_72 = (ncse_55 * ncse_71)
+            ncse_73 = (ncse_71 * state_internal_gamma_rate)
+            ncse_74 = (ncse_20 * ncse_73)
+            ncse_75 = (ncse_23 * ncse_73)
+            ncse_76 = (-ncse_43)
+            ncse_77 = (K9 * ncse_46)
+            ncse_78 = (p_E * p_E * p_E)
+            ncse_79 = (ncse_2 * ncse_2 * ncse_2)
+            ncse_80 = (ncse_48 * ncse_55 * ncse_77 * ncse_78 * ncse_79)
+            ncse_81 = (ncse_20 * ncse_80)
+            ncse_82 = (ncse_23 * ncse_80)
+            ncse_83 = (ncse_31 * ncse_49)
+            ncse_84 = (ncse_20 * ncse_23 * ncse_48 * ncse_77 * ncse_78 * ncse_79 * state_internal_gamma_rate)
+            ncse_85 = (p_n * _mc_powr_shift(ncse_42, ncse_41, (-K1 + p_n)))
+            ncse_86 = (ncse_39 * ncse_85 * tl.where(ncse_40 > 0.0, 1.0, 0.0))
+            ncse_87 = (ncse_45 * ncse_86)
+            ncse_88 = (ncse_6 * ncse_87)
+            ncse_89 = (K9 * ncse_17 * ncse_87)
+            ncse_90 = tl.abs(state_internal_Ep_0)
+            ncse_91 = tl.abs(state_internal_Ep_1)
+            ncse_92 = (ncse_91 + tl.abs(forces_E_1))
+            ncse_93 = (tl.abs(p_E) * tl.abs(ncse_2))
+            ncse_94 = (K2 * ncse_93)
+            ncse_95 = (ncse_92 * ncse_94)
+            ncse_96 = (ncse_90 + tl.abs(forces_E_0))
+            ncse_97 = (K3 * ncse_93)
+            ncse_98 = tl.abs(state_internal_Ep_2)
+            ncse_99 = (ncse_98 + tl.abs(forces_E_2))
+            ncse_123 = tl.abs((K1 / (K1 - (K9 * p_nu))))
+            ncse_100 = (K10 * ncse_93 * (ncse_92 + ncse_96 + ncse_99) * tl.abs(p_nu) * ncse_123)
+            ncse_101 = (ncse_100 + (ncse_94 * ncse_99))
+            ncse_102 = tl.abs(state_internal_gamma_rate)
+            ncse_103 = (ncse_102 * tl.abs(ncse_13))
+            ncse_104 = (ncse_103 * tl.abs(ncse_31))
+            ncse_105 = (K5 * ncse_104)
+            ncse_106 = (ncse_90 + (ncse_105 * (ncse_101 + ncse_95 + (ncse_96 * ncse_97))) + tl.abs(old_state_internal_Ep_0))
+            ncse_107 = (ncse_94 * ncse_96)
+            ncse_108 = (ncse_91 + (ncse_105 * (ncse_101 + ncse_107 + (ncse_92 * ncse_97))) + tl.abs(old_state_internal_Ep_1))
+            ncse_109 = (ncse_98 + (ncse_105 * (ncse_100 + ncse_107 + ncse_95 + (ncse_97 * ncse_99))) + tl.abs(old_state_internal_Ep_2))
+            ncse_110 = tl.abs(state_internal_Ep_3)
+            ncse_111 = (ncse_104 * ncse_93)
+            ncse_112 = (ncse_110 + (ncse_111 * (ncse_110 + tl.abs(forces_E_3))) + tl.abs(old_state_internal_Ep_3))
+            ncse_113 = tl.abs(state_internal_Ep_4)
+            ncse_114 = (ncse_113 + (ncse_111 * (ncse_113 + tl.abs(forces_E_4))) + tl.abs(old_state_internal_Ep_4))
+            ncse_115 = tl.abs(state_internal_Ep_5)
+            ncse_116 = (ncse_115 + (ncse_111 * (ncse_115 + tl.abs(forces_E_5))) + tl.abs(old_state_internal_Ep_5))
+            ncse_117 = tl.abs(state_internal_ep)
+            ncse_118 = (ncse_117 + (K6 * ncse_103) + tl.abs(old_state_internal_ep))
+            ncse_119 = (ncse_102 + (K6 * ((ncse_117 * tl.abs(p_K)) + (K7 * tl.abs(ncse_30)) + tl.abs(p_sigma_y)) * tl.abs(ncse_39) * tl.abs(ncse_85)) + tl.abs(ncse_42))
+            ncse_124 = (K6 * ncse_48)
             nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_12 * ncse_33))
             nt1_r_1 = (-ncse_4 - old_state_internal_Ep_1 - (ncse_33 * ncse_34))
             nt1_r_2 = (-ncse_9 - old_state_internal_Ep_2 - (ncse_33 * ncse_35))
@@ -1657,41 +1711,41 @@ if triton is not None:
             nt1_r_4 = (-ncse_19 - old_state_internal_Ep_4 - (ncse_20 * ncse_36))
             nt1_r_5 = (-ncse_22 - old_state_internal_Ep_5 - (ncse_23 * ncse_36))
             nt1_r_6 = (state_internal_ep - old_state_internal_ep - (K6 * ncse_14))
-            nt1_r_7 = (state_internal_gamma_rate - ncse_43)
+            nt1_r_7 = (state_internal_gamma_rate - ncse_42)
             perzyna_iso_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)))
             nt1_rnorm0 = tl.where(it1 == 0, perzyna_iso_return_map_residual_norm, nt1_rnorm0)
-            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * tl.where((K11 - ncse_108) > 0.0, ncse_108, K8))) & (tl.abs(nt1_r_1) <= (nt1_rtol * tl.where((K11 - ncse_110) > 0.0, ncse_110, K8))))
-            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_2) <= (nt1_rtol * tl.where((K11 - ncse_111) > 0.0, ncse_111, K8))) & (tl.abs(nt1_r_3) <= (nt1_rtol * tl.where((K11 - ncse_114) > 0.0, ncse_114, K8))))
-            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * tl.where((K11 - ncse_116) > 0.0, ncse_116, K8))) & (tl.abs(nt1_r_5) <= (nt1_rtol * tl.where((K11 - ncse_118) > 0.0, ncse_118, K8))))
-            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * tl.where((K11 - ncse_120) > 0.0, ncse_120, K8))) & (tl.abs(nt1_r_7) <= (nt1_rtol * tl.where((K11 - ncse_121) > 0.0, ncse_121, K8))))
+            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * tl.where((K11 - ncse_106) > 0.0, ncse_106, K8))) & (tl.abs(nt1_r_1) <= (nt1_rtol * tl.where((K11 - ncse_108) > 0.0, ncse_108, K8))))
+            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_2) <= (nt1_rtol * tl.where((K11 - ncse_109) > 0.0, ncse_109, K8))) & (tl.abs(nt1_r_3) <= (nt1_rtol * tl.where((K11 - ncse_112) > 0.0, ncse_112, K8))))
+            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * tl.where((K11 - ncse_114) > 0.0, ncse_114, K8))) & (tl.abs(nt1_r_5) <= (nt1_rtol * tl.where((K11 - ncse_116) > 0.0, ncse_116, K8))))
+            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * tl.where((K11 - ncse_118) > 0.0, ncse_118, K8))) & (tl.abs(nt1_r_7) <= (nt1_rtol * tl.where((K11 - ncse_119) > 0.0, ncse_119, K8))))
             perzyna_iso_return_map_converged = perzyna_iso_return_map_converged | (nt1_scaled3 | (perzyna_iso_return_map_residual_norm <= nt1_atol))
             update1 = (~perzyna_iso_return_map_converged) & (it1 < maxit1) & (perzyna_iso_return_map_residual_norm < float("inf"))
             todo1 = tl.sum(update1.to(tl.int32), axis=0)
             if todo1 > 0:
-                nt1_1 = (K1 - (ncse_51 * (-ncse_45 - (ncse_48 * (ncse_12 * ncse_12)))))
-                nt1_2 = (ncse_32 * ncse_57)
-                nt1_3 = (K1 - (ncse_51 * (-ncse_45 - (ncse_48 * (ncse_34 * ncse_34)))))
-                nt1_4 = (ncse_34 * ncse_71)
-                nt1_5 = (K1 - (ncse_51 * (-ncse_45 - (ncse_48 * (ncse_35 * ncse_35)))))
-                nt1_6 = (ncse_35 * ncse_71)
-                nt1_7 = (K1 - (ncse_51 * (-ncse_77 - (ncse_18 * ncse_78))))
-                nt1_8 = (ncse_16 * ncse_84)
-                nt1_9 = (K1 - (ncse_51 * (-ncse_77 - (ncse_21 * ncse_78))))
-                nt1_10 = (ncse_20 * ncse_84)
-                nt1_11 = (K1 - (ncse_51 * (-ncse_77 - (ncse_24 * ncse_78))))
-                nt1_12 = (ncse_23 * ncse_84)
-                nt1_13 = (ncse_12 * ncse_90)
-                nt1_14 = (ncse_34 * ncse_90)
-                nt1_15 = (ncse_35 * ncse_90)
-                nt1_16 = (ncse_16 * ncse_91)
-                nt1_17 = (ncse_20 * ncse_91)
-                nt1_18 = (ncse_23 * ncse_91)
-                nt1_19 = (K6 * p_K * ncse_88)
+                nt1_1 = (K1 - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_12 * ncse_12)))))
+                nt1_2 = (ncse_32 * ncse_56)
+                nt1_3 = (K1 - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_34 * ncse_34)))))
+                nt1_4 = (ncse_34 * ncse_70)
+                nt1_5 = (K1 - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_35 * ncse_35)))))
+                nt1_6 = (ncse_35 * ncse_70)
+                nt1_7 = (K1 - (ncse_50 * (-ncse_76 - (ncse_18 * ncse_77))))
+                nt1_8 = (ncse_16 * ncse_83)
+                nt1_9 = (K1 - (ncse_50 * (-ncse_76 - (ncse_21 * ncse_77))))
+                nt1_10 = (ncse_20 * ncse_83)
+                nt1_11 = (K1 - (ncse_50 * (-ncse_76 - (ncse_24 * ncse_77))))
+                nt1_12 = (ncse_23 * ncse_83)
+                nt1_13 = (ncse_12 * ncse_88)
+                nt1_14 = (ncse_34 * ncse_88)
+                nt1_15 = (ncse_35 * ncse_88)
+                nt1_16 = (ncse_16 * ncse_89)
+                nt1_17 = (ncse_20 * ncse_89)
+                nt1_18 = (ncse_23 * ncse_89)
+                nt1_19 = (K6 * p_K * ncse_86)
                 nt1_lu = _triton_lu1(
-                    nt1_1, ncse_54, ncse_55, ncse_60, ncse_62, ncse_63, nt1_2, ncse_54, nt1_3, ncse_64, ncse_67,
-                    ncse_69, ncse_70, nt1_4, ncse_55, ncse_64, nt1_5, ncse_73, ncse_75, ncse_76, nt1_6, ncse_60,
-                    ncse_67, ncse_73, nt1_7, ncse_82, ncse_83, nt1_8, ncse_62, ncse_69, ncse_75, ncse_82, nt1_9,
-                    ncse_85, nt1_10, ncse_63, ncse_70, ncse_76, ncse_83, ncse_85, nt1_11, nt1_12, ncse_126, nt1_13,
+                    nt1_1, ncse_53, ncse_54, ncse_59, ncse_61, ncse_62, nt1_2, ncse_53, nt1_3, ncse_63, ncse_66,
+                    ncse_68, ncse_69, nt1_4, ncse_54, ncse_63, nt1_5, ncse_72, ncse_74, ncse_75, nt1_6, ncse_59,
+                    ncse_66, ncse_72, nt1_7, ncse_81, ncse_82, nt1_8, ncse_61, ncse_68, ncse_74, ncse_81, nt1_9,
+                    ncse_84, nt1_10, ncse_62, ncse_69, ncse_75, ncse_82, ncse_84, nt1_11, nt1_12, ncse_124, nt1_13,
                     nt1_14, nt1_15, nt1_16, nt1_17, nt1_18, nt1_19, DTYPE)
                 nt1_20 = (-nt1_r_0)
                 nt1_21 = (-nt1_r_1)
@@ -1736,14 +1790,14 @@ if triton is not None:
         # constants of the kernel dtype (a bare float literal would be fp32)
         K0 = tl.full([], float("nan"), DTYPE)
         K1 = tl.full([], 1.0, DTYPE)
-        K2 = tl.full([], 0.6666666666666666, DTYPE)
+        K2 = tl.full([], 2.0, DTYPE)
         K3 = tl.full([], 0.3333333333333333, DTYPE)
-        K4 = tl.full([], 0.816496580927726, DTYPE)
-        K5 = tl.full([], 1.224744871391589, DTYPE)
-        K6 = tl.full([], 2.0, DTYPE)
+        K4 = tl.full([], 0.6666666666666666, DTYPE)
+        K5 = tl.full([], 0.0, DTYPE)
+        K6 = tl.full([], 0.5, DTYPE)
         K7 = tl.full([], 1.3333333333333333, DTYPE)
-        K8 = tl.full([], 0.0, DTYPE)
-        K9 = tl.full([], 0.5, DTYPE)
+        K8 = tl.full([], 0.816496580927726, DTYPE)
+        K9 = tl.full([], 1.224744871391589, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = tl.load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
         (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
@@ -1782,49 +1836,6 @@ if triton is not None:
             old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3,
             old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep,
             old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
-        ncse_0 = (-state_internal_Ep_0)
-        ncse_1 = (K1 + p_nu)
-        ncse_2 = (K1 / ncse_1)
-        ncse_3 = (forces_E_0 + ncse_0)
-        ncse_4 = (-state_internal_Ep_1)
-        ncse_5 = (forces_E_1 + ncse_4)
-        ncse_6 = (p_E * ncse_2)
-        ncse_7 = (K2 * ncse_6)
-        ncse_8 = (ncse_5 * ncse_7)
-        ncse_9 = (-state_internal_Ep_2)
-        ncse_10 = (forces_E_2 + ncse_9)
-        ncse_11 = (ncse_10 * ncse_7)
-        ncse_15 = (-state_internal_Ep_3)
-        ncse_16 = (forces_E_3 + ncse_15)
-        ncse_17 = ((p_E * p_E) * (ncse_2 * ncse_2))
-        ncse_18 = (ncse_17 * (ncse_16 * ncse_16))
-        ncse_19 = (-state_internal_Ep_4)
-        ncse_20 = (forces_E_4 + ncse_19)
-        ncse_21 = (ncse_17 * (ncse_20 * ncse_20))
-        ncse_22 = (-state_internal_Ep_5)
-        ncse_23 = (forces_E_5 + ncse_22)
-        ncse_24 = (ncse_17 * (ncse_23 * ncse_23))
-        ncse_25 = (K3 * ncse_3 * ncse_6)
-        ncse_26 = (K3 * ncse_6)
-        ncse_27 = (ncse_26 * ncse_5)
-        ncse_28 = (ncse_10 * ncse_26)
-        ncse_29 = (ncse_3 * ncse_7)
-        ncse_122 = (ncse_11 - ncse_25 - ncse_27)
-        ncse_123 = (ncse_29 - ncse_27 - ncse_28)
-        ncse_124 = (ncse_8 - ncse_25 - ncse_28)
-        ncse_30 = tl.sqrt(_mc_pos((ncse_18 + ncse_21 + ncse_24 + (ncse_122 * ncse_122) + (ncse_123 * ncse_123) + (ncse_124 * ncse_124))))
-        ncse_31 = _mc_sdiv(K1, ncse_30)
-        ncse_39 = (K1 / p_eta)
-        ncse_40 = (K4 * (-p_sigma_y + (K5 * ncse_30) - (p_K * state_internal_ep)))
-        ncse_41 = _mc_pos(ncse_40)
-        ncse_42 = (ncse_39 * ncse_41)
-        ncse_43 = tl.exp(p_n * tl.log(ncse_42))
-        ncse_86 = _mc_powr_shift(ncse_43, ncse_42, (-K1 + p_n))
-        nx_0 = ncse_31
-        nx_1 = ncse_30
-        nx_2 = ncse_86
-        nx_3 = ncse_41
-        nx_4 = ncse_43
         # outputs 0 .. 3; NaN where Newton did not converge
         if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
             tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
@@ -1837,33 +1848,34 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_3, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_ep, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_gamma_rate, K0), BLOCK)
             tl.store(Y + row[:, None] * y_stride + tl.arange(0, 8)[None, :], _row9, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
-        cse_10 = (K1 + p_nu)
-        cse_11 = (K1 / cse_10)
-        cse_12 = (p_E * cse_11)
-        cse_15 = (forces_E_3 - state_internal_Ep_3)
-        state_S_3 = (cse_12 * cse_15)
+        cse_3 = (K1 + p_nu)
+        cse_4 = (K1 / cse_3)
+        cse_5 = (p_E * cse_4)
+        cse_16 = (forces_E_3 - state_internal_Ep_3)
+        state_S_3 = (cse_16 * cse_5)
+        cse_8 = (K2 * p_nu)
+        cse_9 = (K1 - cse_8)
+        cse_10 = (K1 / cse_9)
+        cse_11 = (p_nu * cse_10)
+        cse_12 = (cse_11 * cse_5)
         cse_0 = (forces_E_0 - state_internal_Ep_0)
         cse_1 = (forces_E_1 - state_internal_Ep_1)
         cse_2 = (forces_E_2 - state_internal_Ep_2)
-        cse_3 = (cse_0 + cse_1 + cse_2)
-        cse_4 = (K6 * p_nu)
-        cse_5 = (K1 - cse_4)
-        cse_6 = (K1 / cse_5)
-        cse_7 = (p_nu * cse_6)
-        cse_8 = (cse_3 * cse_7)
-        cse_9 = (cse_0 + cse_8)
-        state_S_0 = (cse_12 * cse_9)
-        cse_13 = (cse_1 + cse_8)
-        state_S_1 = (cse_12 * cse_13)
-        cse_14 = (cse_2 + cse_8)
-        state_S_2 = (cse_12 * cse_14)
+        cse_7 = (cse_0 + cse_1 + cse_2)
+        cse_13 = (cse_12 * cse_7)
+        cse_6 = (cse_0 * cse_5)
+        state_S_0 = (cse_13 + cse_6)
+        cse_14 = (cse_1 * cse_5)
+        state_S_1 = (cse_13 + cse_14)
+        cse_15 = (cse_2 * cse_5)
+        state_S_2 = (cse_13 + cse_15)
         # outputs 8 .. 11; NaN where Newton did not converge
         if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
             tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), state_S_0, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_1, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_2, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        cse_17 = (forces_E_4 - state_internal_Ep_4)
-        state_S_4 = (cse_12 * cse_17)
-        cse_19 = (forces_E_5 - state_internal_Ep_5)
-        state_S_5 = (cse_12 * cse_19)
+        cse_18 = (forces_E_4 - state_internal_Ep_4)
+        state_S_4 = (cse_18 * cse_5)
+        cse_20 = (forces_E_5 - state_internal_Ep_5)
+        state_S_5 = (cse_20 * cse_5)
         # outputs 12 .. 13; NaN where Newton did not converge
         if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
             tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where((perzyna_iso_return_map_converged & fin), state_S_4, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_5, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
@@ -1875,135 +1887,149 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), state_S_4, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_5, K0), _zero10, _zero10, BLOCK)
             tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 8)[None, :], _row11, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6))
         if V & 14:  # tangent, jacobian, total
-            cse_35 = (K2 * cse_1)
-            cse_36 = (K2 * cse_2)
-            cse_37 = (-cse_35 - cse_36 + (K7 * cse_0))
-            cse_26 = (cse_11 * cse_11)
-            cse_38 = (p_E * p_E)
-            cse_39 = (cse_26 * cse_38)
-            cse_50 = (cse_37 * cse_39)
-            cse_32 = _mc_sdiv(K1, (K6 * nx_1))
-            cse_33 = tl.where(state_internal_gamma_rate == 0.0, K8, cse_32)
-            cse_34 = tl.where(state_internal_gamma_rate == 0.0, K8, _mc_sdiv(K1, (nx_1 * nx_1)))
-            cse_48 = (cse_33 * cse_34)
-            cse_49 = (K9 * cse_48)
-            cse_51 = (cse_49 * cse_50)
-            cse_46 = (K2 * cse_0)
-            cse_47 = (-cse_36 - cse_46 + (K7 * cse_1))
-            cse_30 = tl.where(state_internal_gamma_rate == 0.0, K8, nx_0)
-            cse_45 = (K3 * cse_30)
-            cse_52 = (-cse_45 - (cse_47 * cse_51))
-            cse_41 = (old_forces_t - forces_t)
-            cse_42 = (cse_41 * state_internal_gamma_rate)
-            cse_43 = (cse_12 * cse_42)
-            cse_53 = (-cse_43 * cse_52)
-            cse_54 = (-cse_35 - cse_46 + (K7 * cse_2))
-            cse_55 = (-cse_45 - (cse_51 * cse_54))
-            cse_56 = (-cse_43 * cse_55)
-            cse_72 = (cse_39 * cse_47)
-            cse_73 = (-cse_45 - (cse_49 * cse_54 * cse_72))
-            cse_74 = (-cse_43 * cse_73)
-            cse_31 = (-K2 * cse_30)
-            cse_40 = (-cse_31 - (K9 * cse_33 * cse_34 * cse_39 * (cse_37 * cse_37)))
-            cse_44 = (cse_40 * cse_43)
-            cse_70 = (-cse_31 - (K9 * cse_33 * cse_34 * cse_39 * (cse_47 * cse_47)))
-            cse_71 = (cse_43 * cse_70)
-            cse_80 = (-cse_31 - (K9 * cse_33 * cse_34 * cse_39 * (cse_54 * cse_54)))
-            cse_81 = (cse_43 * cse_80)
-            cse_59 = (cse_48 * (p_E * p_E * p_E))
-            cse_60 = (cse_37 * cse_59)
-            cse_58 = (cse_11 * cse_11 * cse_11)
-            cse_61 = (cse_58 * cse_60)
-            cse_57 = (cse_15 * cse_42)
-            cse_62 = (cse_57 * cse_61)
-            cse_63 = (cse_17 * cse_42)
-            cse_64 = (cse_61 * cse_63)
-            cse_65 = (cse_19 * cse_42)
-            cse_66 = (cse_61 * cse_65)
-            cse_75 = (cse_58 * cse_59)
-            cse_76 = (cse_47 * cse_75)
-            cse_77 = (cse_57 * cse_76)
-            cse_78 = (cse_63 * cse_76)
-            cse_79 = (cse_65 * cse_76)
-            cse_82 = (cse_54 * cse_75)
-            cse_83 = (cse_57 * cse_82)
-            cse_84 = (cse_63 * cse_82)
-            cse_85 = (cse_65 * cse_82)
-            cse_89 = (cse_39 * cse_48)
-            cse_87 = (cse_15 * cse_15)
-            cse_88 = (K6 * cse_87)
-            cse_86 = (-cse_30)
-            cse_90 = (-cse_86 - (cse_88 * cse_89))
-            cse_91 = (cse_43 * cse_90)
-            cse_96 = (cse_17 * cse_17)
-            cse_97 = (K6 * cse_96)
-            cse_98 = (-cse_86 - (cse_89 * cse_97))
-            cse_99 = (cse_43 * cse_98)
-            cse_101 = (cse_19 * cse_19)
-            cse_102 = (K6 * cse_101)
-            cse_103 = (-cse_86 - (cse_102 * cse_89))
-            cse_104 = (cse_103 * cse_43)
-            cse_107 = (K1 / p_eta)
-            cse_108 = (p_n * nx_2)
-            cse_109 = (cse_107 * cse_108 * tl.where((K4 * (-p_sigma_y + (K5 * nx_1) - (p_K * state_internal_ep))) > 0.0, 1.0, 0.0))
-            cse_110 = (cse_109 * cse_32)
-            cse_111 = (cse_110 * cse_50)
-            cse_112 = (cse_110 * cse_72)
-            cse_113 = (cse_110 * cse_39)
-            cse_114 = (cse_113 * cse_54)
-            cse_92 = (K6 * cse_75)
-            cse_93 = (cse_57 * cse_92)
-            cse_94 = (cse_17 * cse_93)
-            cse_95 = (cse_19 * cse_93)
-            cse_100 = (cse_19 * cse_63 * cse_92)
-            cse_115 = (K6 * cse_113)
-            cse_116 = (cse_115 * cse_15)
-            cse_117 = (cse_115 * cse_17)
-            cse_118 = (cse_115 * cse_19)
-            cse_68 = (K9 * cse_12)
-            cse_67 = (cse_41 * nx_0)
-            cse_69 = (cse_67 * cse_68)
-            cse_119 = (K4 * cse_109)
+            cse_116 = (K3 * cse_6)
+            cse_117 = (K3 * cse_14)
+            cse_118 = (K4 * cse_15)
+            cse_245 = (cse_118 - cse_116 - cse_117)
+            cse_119 = (K4 * cse_14)
+            cse_120 = (K3 * cse_15)
+            cse_246 = (cse_119 - cse_116 - cse_120)
+            cse_121 = (K4 * cse_6)
+            cse_247 = (cse_121 - cse_117 - cse_120)
+            cse_80 = (cse_4 * cse_4)
+            cse_109 = (p_E * p_E)
+            cse_110 = (cse_109 * cse_80)
+            cse_108 = (cse_16 * cse_16)
+            cse_111 = (cse_108 * cse_110)
+            cse_112 = (cse_18 * cse_18)
+            cse_113 = (cse_110 * cse_112)
+            cse_114 = (cse_20 * cse_20)
+            cse_115 = (cse_110 * cse_114)
+            cse_122 = tl.sqrt(_mc_pos((cse_111 + cse_113 + cse_115 + (cse_245 * cse_245) + (cse_246 * cse_246) + (cse_247 * cse_247))))
+            cse_128 = _mc_sdiv(K1, (K2 * cse_122))
+            cse_129 = tl.where(state_internal_gamma_rate == 0.0, K5, cse_128)
+            cse_127 = tl.where(state_internal_gamma_rate == 0.0, K5, _mc_sdiv(K1, (cse_122 * cse_122)))
+            cse_130 = (cse_127 * cse_129)
+            cse_131 = (K6 * cse_130)
+            cse_126 = (-cse_118 - cse_119 + (K7 * p_E * cse_0 * cse_4))
+            cse_139 = (cse_126 * cse_131)
+            cse_123 = _mc_sdiv(K1, cse_122)
+            cse_124 = tl.where(state_internal_gamma_rate == 0.0, K5, cse_123)
+            cse_137 = (K3 * cse_124)
+            cse_138 = (-cse_118 - cse_121 + (K7 * p_E * cse_1 * cse_4))
+            cse_140 = (-cse_137 - (cse_138 * cse_139))
+            cse_133 = (old_forces_t - forces_t)
+            cse_134 = (cse_133 * state_internal_gamma_rate)
+            cse_135 = (cse_134 * cse_5)
+            cse_141 = (-cse_135 * cse_140)
+            cse_142 = (-cse_119 - cse_121 + (K7 * p_E * cse_2 * cse_4))
+            cse_143 = (-cse_137 - (cse_139 * cse_142))
+            cse_144 = (-cse_135 * cse_143)
+            cse_155 = (-cse_137 - (cse_131 * cse_138 * cse_142))
+            cse_156 = (-cse_135 * cse_155)
+            cse_125 = (-K4 * cse_124)
+            cse_132 = (-cse_125 - (cse_131 * (cse_126 * cse_126)))
+            cse_136 = (cse_132 * cse_135)
+            cse_153 = (-cse_125 - (cse_131 * (cse_138 * cse_138)))
+            cse_154 = (cse_135 * cse_153)
+            cse_162 = (-cse_125 - (cse_131 * (cse_142 * cse_142)))
+            cse_163 = (cse_135 * cse_162)
+            cse_170 = (K2 * cse_130)
+            cse_169 = (-cse_124)
+            cse_171 = (-cse_169 - (cse_111 * cse_170))
+            cse_172 = (cse_135 * cse_171)
+            cse_173 = (cse_16 * cse_170)
+            cse_174 = (cse_4 * cse_4 * cse_4)
+            cse_175 = (p_E * p_E * p_E)
+            cse_176 = (cse_134 * cse_174 * cse_175)
+            cse_177 = (cse_173 * cse_176)
+            cse_178 = (cse_177 * cse_18)
+            cse_179 = (cse_177 * cse_20)
+            cse_181 = (-cse_169 - (cse_113 * cse_170))
+            cse_182 = (cse_135 * cse_181)
+            cse_185 = (-cse_169 - (cse_115 * cse_170))
+            cse_186 = (cse_135 * cse_185)
+            cse_183 = (cse_170 * cse_18)
+            cse_184 = (cse_176 * cse_183 * cse_20)
+            cse_191 = (K8 * (-p_sigma_y + (K9 * cse_122) - (p_K * state_internal_ep)))
+            cse_192 = _mc_pos(cse_191)
+            cse_190 = (K1 / p_eta)
+            cse_193 = (cse_190 * cse_192)
+            cse_194 = tl.exp(p_n * tl.log(cse_193))
+            cse_195 = (p_n * _mc_powr_shift(cse_194, cse_193, (-K1 + p_n)))
+            cse_196 = (cse_190 * cse_195 * tl.where(cse_191 > 0.0, 1.0, 0.0))
+            cse_197 = (cse_196 * cse_5)
+            cse_189 = (cse_126 * cse_128)
+            cse_198 = (cse_189 * cse_197)
+            cse_199 = (cse_128 * cse_138)
+            cse_200 = (cse_197 * cse_199)
+            cse_201 = (cse_128 * cse_142)
+            cse_202 = (cse_197 * cse_201)
+            cse_145 = (cse_126 * cse_130)
+            cse_146 = (cse_110 * cse_134)
+            cse_147 = (cse_145 * cse_146)
+            cse_148 = (cse_147 * cse_16)
+            cse_149 = (cse_147 * cse_18)
+            cse_150 = (cse_147 * cse_20)
+            cse_157 = (cse_130 * cse_138)
+            cse_158 = (cse_146 * cse_157)
+            cse_159 = (cse_158 * cse_16)
+            cse_160 = (cse_158 * cse_18)
+            cse_161 = (cse_158 * cse_20)
+            cse_164 = (cse_130 * cse_142)
+            cse_165 = (cse_146 * cse_164)
+            cse_166 = (cse_16 * cse_165)
+            cse_167 = (cse_165 * cse_18)
+            cse_168 = (cse_165 * cse_20)
+            cse_203 = (K2 * cse_128)
+            cse_204 = (cse_110 * cse_196 * cse_203)
+            cse_205 = (cse_16 * cse_204)
+            cse_206 = (cse_18 * cse_204)
+            cse_207 = (cse_20 * cse_204)
+            cse_208 = (K8 * cse_196)
+            cse_151 = (K6 * cse_123)
+            cse_152 = (cse_133 * cse_151)
+            cse_180 = (cse_123 * cse_133)
             # elimination lu1: 8x8, shared by the linear solves below, unrolled over structural nonzeros
-            lu1_1 = (K1 - cse_44)
-            lu1_2 = (cse_37 * cse_69)
-            lu1_3 = (K1 - cse_71)
-            lu1_4 = (cse_47 * cse_69)
-            lu1_5 = (K1 - cse_81)
-            lu1_6 = (cse_54 * cse_69)
-            lu1_7 = (K1 - cse_91)
-            lu1_8 = (cse_67 * state_S_3)
-            lu1_9 = (K1 - cse_99)
-            lu1_10 = (cse_67 * state_S_4)
-            lu1_11 = (K1 - cse_104)
-            lu1_12 = (cse_67 * state_S_5)
-            lu1_13 = (K4 * cse_41)
-            lu1_14 = (p_K * cse_119)
+            lu1_1 = (K1 - cse_136)
+            lu1_2 = (cse_126 * cse_152)
+            lu1_3 = (K1 - cse_154)
+            lu1_4 = (cse_138 * cse_152)
+            lu1_5 = (K1 - cse_163)
+            lu1_6 = (cse_142 * cse_152)
+            lu1_7 = (K1 - cse_172)
+            lu1_8 = (cse_180 * state_S_3)
+            lu1_9 = (K1 - cse_182)
+            lu1_10 = (cse_180 * state_S_4)
+            lu1_11 = (K1 - cse_186)
+            lu1_12 = (cse_180 * state_S_5)
+            lu1_13 = (K8 * cse_133)
+            lu1_14 = (p_K * cse_208)
             lu1_lu = _triton_lu1(
-                lu1_1, cse_53, cse_56, cse_62, cse_64, cse_66, lu1_2, cse_53, lu1_3, cse_74, cse_77, cse_78,
-                cse_79, lu1_4, cse_56, cse_74, lu1_5, cse_83, cse_84, cse_85, lu1_6, cse_62, cse_77, cse_83,
-                lu1_7, cse_94, cse_95, lu1_8, cse_64, cse_78, cse_84, cse_94, lu1_9, cse_100, lu1_10, cse_66,
-                cse_79, cse_85, cse_95, cse_100, lu1_11, lu1_12, lu1_13, cse_111, cse_112, cse_114, cse_116,
-                cse_117, cse_118, lu1_14, DTYPE)
+                lu1_1, cse_141, cse_144, cse_148, cse_149, cse_150, lu1_2, cse_141, lu1_3, cse_156, cse_159,
+                cse_160, cse_161, lu1_4, cse_144, cse_156, lu1_5, cse_166, cse_167, cse_168, lu1_6, cse_148,
+                cse_159, cse_166, lu1_7, cse_178, cse_179, lu1_8, cse_149, cse_160, cse_167, cse_178, lu1_9,
+                cse_184, lu1_10, cse_150, cse_161, cse_168, cse_179, cse_184, lu1_11, lu1_12, lu1_13, cse_198,
+                cse_200, cse_202, cse_205, cse_206, cse_207, lu1_14, DTYPE)
             # linear solve 1: 8x8, 6 right-hand side(s) through elimination lu1
-            ls1_15 = (-cse_44)
+            ls1_15 = (-cse_136)
             (ls1_16, ls1_17, ls1_18, ls1_19, ls1_20, ls1_21, ls1_23) = _triton_lu1_forward2(
-                lu1_lu, ls1_15, cse_53, cse_56, cse_62, cse_64, cse_66, cse_111, DTYPE)
-            ls1_24 = (-cse_71)
+                lu1_lu, ls1_15, cse_141, cse_144, cse_148, cse_149, cse_150, cse_198, DTYPE)
+            ls1_24 = (-cse_154)
             (ls1_25, ls1_26, ls1_27, ls1_28, ls1_29, ls1_30, ls1_32) = _triton_lu1_forward2(
-                lu1_lu, cse_53, ls1_24, cse_74, cse_77, cse_78, cse_79, cse_112, DTYPE)
-            ls1_33 = (-cse_81)
+                lu1_lu, cse_141, ls1_24, cse_156, cse_159, cse_160, cse_161, cse_200, DTYPE)
+            ls1_33 = (-cse_163)
             (ls1_34, ls1_35, ls1_36, ls1_37, ls1_38, ls1_39, ls1_41) = _triton_lu1_forward2(
-                lu1_lu, cse_56, cse_74, ls1_33, cse_83, cse_84, cse_85, cse_114, DTYPE)
-            ls1_42 = (-cse_91)
+                lu1_lu, cse_144, cse_156, ls1_33, cse_166, cse_167, cse_168, cse_202, DTYPE)
+            ls1_42 = (-cse_172)
             (ls1_43, ls1_44, ls1_45, ls1_46, ls1_47, ls1_48, ls1_50) = _triton_lu1_forward2(
-                lu1_lu, cse_62, cse_77, cse_83, ls1_42, cse_94, cse_95, cse_116, DTYPE)
-            ls1_51 = (-cse_99)
+                lu1_lu, cse_148, cse_159, cse_166, ls1_42, cse_178, cse_179, cse_205, DTYPE)
+            ls1_51 = (-cse_182)
             (ls1_52, ls1_53, ls1_54, ls1_55, ls1_56, ls1_57, ls1_59) = _triton_lu1_forward2(
-                lu1_lu, cse_64, cse_78, cse_84, cse_94, ls1_51, cse_100, cse_117, DTYPE)
-            ls1_60 = (-cse_104)
+                lu1_lu, cse_149, cse_160, cse_167, cse_178, ls1_51, cse_184, cse_206, DTYPE)
+            ls1_60 = (-cse_186)
             (ls1_61, ls1_62, ls1_63, ls1_64, ls1_65, ls1_66, ls1_68) = _triton_lu1_forward2(
-                lu1_lu, cse_66, cse_79, cse_85, cse_95, cse_100, ls1_60, cse_118, DTYPE)
+                lu1_lu, cse_150, cse_161, cse_168, cse_179, cse_184, ls1_60, cse_207, DTYPE)
             (d1, d2, d3, d4, d5, d6, d7, d8) = _triton_lu1_back2(
                 lu1_lu, ls1_16, ls1_17, ls1_18, ls1_19, ls1_20, ls1_21, ls1_23, DTYPE)
             (d9, d10, d11, d12, d13, d14, d15, d16) = _triton_lu1_back2(
@@ -2016,21 +2042,35 @@ if triton is not None:
                 lu1_lu, ls1_52, ls1_53, ls1_54, ls1_55, ls1_56, ls1_57, ls1_59, DTYPE)
             (d41, d42, d43, d44, d45, d46, d47, d48) = _triton_lu1_back2(
                 lu1_lu, ls1_61, ls1_62, ls1_63, ls1_64, ls1_65, ls1_66, ls1_68, DTYPE)
-            cse_21 = (cse_12 * cse_7)
-            cse_22 = (K1 + cse_7)
-            cse_23 = (-cse_22)
-            d49 = (-(cse_21 * (d2 + d3)) + (p_E * cse_11 * (cse_22 + (cse_23 * d1))))
-            d50 = (-(cse_21 * (d10 + d11)) + (p_E * cse_11 * (cse_7 + (cse_23 * d9))))
-            d51 = (-(cse_21 * (d18 + d19)) + (p_E * cse_11 * (cse_7 + (cse_23 * d17))))
-            d52 = (-(cse_21 * (d26 + d27)) + (p_E * cse_11 * cse_23 * d25))
+            cse_22 = (-cse_12)
+            cse_23 = (cse_22 * d3)
+            cse_24 = (cse_22 * d2)
+            cse_25 = (cse_12 + cse_5)
+            cse_26 = (-cse_25)
+            d49 = (cse_23 + cse_24 + cse_25 + (cse_26 * d1))
+            cse_27 = (cse_22 * d11)
+            cse_28 = (cse_12 + (cse_22 * d10))
+            d50 = (cse_27 + cse_28 + (cse_26 * d9))
+            cse_29 = (cse_22 * d18)
+            cse_30 = (cse_12 + (cse_22 * d19))
+            d51 = (cse_29 + cse_30 + (cse_26 * d17))
+            cse_31 = (cse_22 * d26)
+            cse_32 = (cse_22 * d27)
+            d52 = (cse_31 + cse_32 + (cse_26 * d25))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
                 tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d49, K0), tl.where((perzyna_iso_return_map_converged & fin), d50, K0), tl.where((perzyna_iso_return_map_converged & fin), d51, K0), tl.where((perzyna_iso_return_map_converged & fin), d52, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            d53 = (-(cse_21 * (d34 + d35)) + (p_E * cse_11 * cse_23 * d33))
-            d54 = (-(cse_21 * (d42 + d43)) + (p_E * cse_11 * cse_23 * d41))
-            d55 = (-(cse_21 * (d1 + d3)) + (p_E * cse_11 * (cse_7 + (cse_23 * d2))))
-            d56 = (-(cse_21 * (d9 + d11)) + (p_E * cse_11 * (cse_22 + (cse_23 * d10))))
+            cse_33 = (cse_22 * d34)
+            cse_34 = (cse_22 * d35)
+            d53 = (cse_33 + cse_34 + (cse_26 * d33))
+            cse_35 = (cse_22 * d42)
+            cse_36 = (cse_22 * d43)
+            d54 = (cse_35 + cse_36 + (cse_26 * d41))
+            cse_37 = (cse_12 + (cse_22 * d1))
+            d55 = (cse_23 + cse_37 + (cse_26 * d2))
+            cse_38 = (cse_22 * d9)
+            d56 = (cse_25 + cse_27 + cse_38 + (cse_26 * d10))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
                 tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d53, K0), tl.where((perzyna_iso_return_map_converged & fin), d54, K0), tl.where((perzyna_iso_return_map_converged & fin), d55, K0), tl.where((perzyna_iso_return_map_converged & fin), d56, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
@@ -2041,18 +2081,22 @@ if triton is not None:
                     tl.where((perzyna_iso_return_map_converged & fin), d53, K0), tl.where((perzyna_iso_return_map_converged & fin), d54, K0), tl.where((perzyna_iso_return_map_converged & fin), d55, K0), tl.where((perzyna_iso_return_map_converged & fin), d56, K0), BLOCK)
                 tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row12, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
-            d57 = (-(cse_21 * (d17 + d19)) + (p_E * cse_11 * (cse_7 + (cse_23 * d18))))
-            d58 = (-(cse_21 * (d25 + d27)) + (p_E * cse_11 * cse_23 * d26))
-            d59 = (-(cse_21 * (d33 + d35)) + (p_E * cse_11 * cse_23 * d34))
-            d60 = (-(cse_21 * (d41 + d43)) + (p_E * cse_11 * cse_23 * d42))
+            cse_39 = (cse_22 * d17)
+            d57 = (cse_30 + cse_39 + (cse_26 * d18))
+            cse_40 = (cse_22 * d25)
+            d58 = (cse_32 + cse_40 + (cse_26 * d26))
+            cse_41 = (cse_22 * d33)
+            d59 = (cse_34 + cse_41 + (cse_26 * d34))
+            cse_42 = (cse_22 * d41)
+            d60 = (cse_36 + cse_42 + (cse_26 * d42))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
                 tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d57, K0), tl.where((perzyna_iso_return_map_converged & fin), d58, K0), tl.where((perzyna_iso_return_map_converged & fin), d59, K0), tl.where((perzyna_iso_return_map_converged & fin), d60, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            d61 = (-(cse_21 * (d1 + d2)) + (p_E * cse_11 * (cse_7 + (cse_23 * d3))))
-            d62 = (-(cse_21 * (d9 + d10)) + (p_E * cse_11 * (cse_7 + (cse_23 * d11))))
-            d63 = (-(cse_21 * (d17 + d18)) + (p_E * cse_11 * (cse_22 + (cse_23 * d19))))
-            d64 = (-(cse_21 * (d25 + d26)) + (p_E * cse_11 * cse_23 * d27))
+            d61 = (cse_24 + cse_37 + (cse_26 * d3))
+            d62 = (cse_28 + cse_38 + (cse_26 * d11))
+            d63 = (cse_25 + cse_29 + cse_39 + (cse_26 * d19))
+            d64 = (cse_31 + cse_40 + (cse_26 * d27))
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
                 tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d61, K0), tl.where((perzyna_iso_return_map_converged & fin), d62, K0), tl.where((perzyna_iso_return_map_converged & fin), d63, K0), tl.where((perzyna_iso_return_map_converged & fin), d64, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
@@ -2063,19 +2107,19 @@ if triton is not None:
                     tl.where((perzyna_iso_return_map_converged & fin), d61, K0), tl.where((perzyna_iso_return_map_converged & fin), d62, K0), tl.where((perzyna_iso_return_map_converged & fin), d63, K0), tl.where((perzyna_iso_return_map_converged & fin), d64, K0), BLOCK)
                 tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row13, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
-            d65 = (-(cse_21 * (d33 + d34)) + (p_E * cse_11 * cse_23 * d35))
-            d66 = (-(cse_21 * (d41 + d42)) + (p_E * cse_11 * cse_23 * d43))
-            cse_24 = (-cse_12)
-            d67 = (cse_24 * d4)
-            d68 = (cse_24 * d12)
+            d65 = (cse_33 + cse_41 + (cse_26 * d35))
+            d66 = (cse_35 + cse_42 + (cse_26 * d43))
+            cse_43 = (-cse_5)
+            d67 = (cse_43 * d4)
+            d68 = (cse_43 * d12)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
                 tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d65, K0), tl.where((perzyna_iso_return_map_converged & fin), d66, K0), tl.where((perzyna_iso_return_map_converged & fin), d67, K0), tl.where((perzyna_iso_return_map_converged & fin), d68, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            d69 = (cse_24 * d20)
-            d70 = (cse_12 + (cse_24 * d28))
-            d71 = (cse_24 * d36)
-            d72 = (cse_24 * d44)
+            d69 = (cse_43 * d20)
+            d70 = (cse_5 + (cse_43 * d28))
+            d71 = (cse_43 * d36)
+            d72 = (cse_43 * d44)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
                 tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d69, K0), tl.where((perzyna_iso_return_map_converged & fin), d70, K0), tl.where((perzyna_iso_return_map_converged & fin), d71, K0), tl.where((perzyna_iso_return_map_converged & fin), d72, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
@@ -2086,18 +2130,18 @@ if triton is not None:
                     tl.where((perzyna_iso_return_map_converged & fin), d69, K0), tl.where((perzyna_iso_return_map_converged & fin), d70, K0), tl.where((perzyna_iso_return_map_converged & fin), d71, K0), tl.where((perzyna_iso_return_map_converged & fin), d72, K0), BLOCK)
                 tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row14, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
-            d73 = (cse_24 * d5)
-            d74 = (cse_24 * d13)
-            d75 = (cse_24 * d21)
-            d76 = (cse_24 * d29)
+            d73 = (cse_43 * d5)
+            d74 = (cse_43 * d13)
+            d75 = (cse_43 * d21)
+            d76 = (cse_43 * d29)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
                 tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d73, K0), tl.where((perzyna_iso_return_map_converged & fin), d74, K0), tl.where((perzyna_iso_return_map_converged & fin), d75, K0), tl.where((perzyna_iso_return_map_converged & fin), d76, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            d77 = (cse_12 + (cse_24 * d37))
-            d78 = (cse_24 * d45)
-            d79 = (cse_24 * d6)
-            d80 = (cse_24 * d14)
+            d77 = (cse_5 + (cse_43 * d37))
+            d78 = (cse_43 * d45)
+            d79 = (cse_43 * d6)
+            d80 = (cse_43 * d14)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
                 tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d77, K0), tl.where((perzyna_iso_return_map_converged & fin), d78, K0), tl.where((perzyna_iso_return_map_converged & fin), d79, K0), tl.where((perzyna_iso_return_map_converged & fin), d80, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
@@ -2108,32 +2152,32 @@ if triton is not None:
                     tl.where((perzyna_iso_return_map_converged & fin), d77, K0), tl.where((perzyna_iso_return_map_converged & fin), d78, K0), tl.where((perzyna_iso_return_map_converged & fin), d79, K0), tl.where((perzyna_iso_return_map_converged & fin), d80, K0), BLOCK)
                 tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row15, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
-            d81 = (cse_24 * d22)
-            d82 = (cse_24 * d30)
-            d83 = (cse_24 * d38)
-            d84 = (cse_12 + (cse_24 * d46))
+            d81 = (cse_43 * d22)
+            d82 = (cse_43 * d30)
+            d83 = (cse_43 * d38)
+            d84 = (cse_5 + (cse_43 * d46))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
             tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d81, K0), tl.where((perzyna_iso_return_map_converged & fin), d82, K0), tl.where((perzyna_iso_return_map_converged & fin), d83, K0), tl.where((perzyna_iso_return_map_converged & fin), d84, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 12:  # jacobian, total
-            cse_120 = (nx_0 * state_internal_gamma_rate)
-            cse_121 = (cse_120 * cse_68)
-            cse_122 = (cse_121 * cse_37)
-            cse_132 = (cse_121 * cse_47)
-            cse_134 = (cse_121 * cse_54)
-            cse_135 = (cse_120 * state_S_3)
-            cse_140 = (cse_120 * state_S_4)
-            cse_142 = (cse_120 * state_S_5)
-            cse_144 = (K4 * state_internal_gamma_rate)
+            cse_209 = (cse_151 * state_internal_gamma_rate)
+            cse_210 = (cse_126 * cse_209)
+            cse_219 = (cse_138 * cse_209)
+            cse_222 = (cse_142 * cse_209)
+            cse_225 = (cse_123 * state_internal_gamma_rate)
+            cse_226 = (cse_225 * state_S_3)
+            cse_232 = (cse_225 * state_S_4)
+            cse_237 = (cse_225 * state_S_5)
+            cse_242 = (K8 * state_internal_gamma_rate)
             # linear solve 2: 8x8, 9 right-hand side(s) through elimination lu1
             (ls2_69, ls2_70, ls2_71, ls2_72, ls2_73, ls2_74, ls2_75, ls2_76) = _triton_lu1_forward3(
-                lu1_lu, cse_122, cse_132, cse_134, cse_135, cse_140, cse_142, cse_144, DTYPE)
-            ls2_77 = (-cse_122)
-            ls2_78 = (-cse_132)
-            ls2_79 = (-cse_134)
-            ls2_80 = (-cse_135)
-            ls2_81 = (-cse_140)
-            ls2_82 = (-cse_142)
-            ls2_83 = (-cse_144)
+                lu1_lu, cse_210, cse_219, cse_222, cse_226, cse_232, cse_237, cse_242, DTYPE)
+            ls2_77 = (-cse_210)
+            ls2_78 = (-cse_219)
+            ls2_79 = (-cse_222)
+            ls2_80 = (-cse_226)
+            ls2_81 = (-cse_232)
+            ls2_82 = (-cse_237)
+            ls2_83 = (-cse_242)
             (ls2_84, ls2_85, ls2_86, ls2_87, ls2_88, ls2_89, ls2_90, ls2_91) = _triton_lu1_forward3(
                 lu1_lu, ls2_77, ls2_78, ls2_79, ls2_80, ls2_81, ls2_82, ls2_83, DTYPE)
             ls2_93, ls2_94, ls2_95, ls2_96, ls2_97, ls2_99 = _triton_lu1_forward4(lu1_lu, DTYPE)
@@ -2158,109 +2202,159 @@ if triton is not None:
             d133, d134, d135, d136, d137, d138, d139, d140 = _triton_lu1_back7(lu1_lu, ls2_129, ls2_131, DTYPE)
             d141, d142, d143, d144, d145, d146, d147, d148 = _triton_lu1_back8(lu1_lu, ls2_139, DTYPE)
             d149, d150, d151, d152, d153, d154, d155, d156 = _triton_lu1_back9(lu1_lu, ls2_147, DTYPE)
-            d157 = (-(cse_21 * (d86 + d87)) + (p_E * cse_11 * cse_23 * d85))
-            d158 = (-(cse_21 * (d85 + d87)) + (p_E * cse_11 * cse_23 * d86))
-            d159 = (-(cse_21 * (d85 + d86)) + (p_E * cse_11 * cse_23 * d87))
-            d160 = (cse_24 * d88)
-            d161 = (cse_24 * d89)
-            d162 = (cse_24 * d90)
-            d163 = (-(cse_21 * (d94 + d95)) + (p_E * cse_11 * cse_23 * d93))
-            d164 = (-(cse_21 * (d93 + d95)) + (p_E * cse_11 * cse_23 * d94))
-            d165 = (-(cse_21 * (d93 + d94)) + (p_E * cse_11 * cse_23 * d95))
-            d166 = (cse_24 * d96)
-            d167 = (cse_24 * d97)
-            d168 = (cse_24 * d98)
-            d169 = (-(cse_21 * (d102 + d103)) + (p_E * cse_11 * cse_23 * d101))
-            d170 = (-(cse_21 * (d110 + d111)) + (p_E * cse_11 * cse_23 * d109))
-            d171 = (-(cse_21 * (d118 + d119)) + (p_E * cse_11 * cse_23 * d117))
-            d172 = (-(cse_21 * (d126 + d127)) + (p_E * cse_11 * cse_23 * d125))
-            d173 = (-(cse_21 * (d134 + d135)) + (p_E * cse_11 * cse_23 * d133))
-            d174 = (-(cse_21 * (d142 + d143)) + (p_E * cse_11 * cse_23 * d141))
-            d175 = (-(cse_21 * (d101 + d103)) + (p_E * cse_11 * cse_23 * d102))
-            d176 = (-(cse_21 * (d109 + d111)) + (p_E * cse_11 * cse_23 * d110))
-            d177 = (-(cse_21 * (d117 + d119)) + (p_E * cse_11 * cse_23 * d118))
-            d178 = (-(cse_21 * (d125 + d127)) + (p_E * cse_11 * cse_23 * d126))
-            d179 = (-(cse_21 * (d133 + d135)) + (p_E * cse_11 * cse_23 * d134))
-            d180 = (-(cse_21 * (d141 + d143)) + (p_E * cse_11 * cse_23 * d142))
-            d181 = (-(cse_21 * (d101 + d102)) + (p_E * cse_11 * cse_23 * d103))
-            d182 = (-(cse_21 * (d109 + d110)) + (p_E * cse_11 * cse_23 * d111))
-            d183 = (-(cse_21 * (d117 + d118)) + (p_E * cse_11 * cse_23 * d119))
-            d184 = (-(cse_21 * (d125 + d126)) + (p_E * cse_11 * cse_23 * d127))
-            d185 = (-(cse_21 * (d133 + d134)) + (p_E * cse_11 * cse_23 * d135))
-            d186 = (-(cse_21 * (d141 + d142)) + (p_E * cse_11 * cse_23 * d143))
-            d187 = (cse_24 * d104)
-            d188 = (cse_24 * d112)
-            d189 = (cse_24 * d120)
-            d190 = (cse_24 * d128)
-            d191 = (cse_24 * d136)
-            d192 = (cse_24 * d144)
-            d193 = (cse_24 * d105)
-            d194 = (cse_24 * d113)
-            d195 = (cse_24 * d121)
-            d196 = (cse_24 * d129)
-            d197 = (cse_24 * d137)
-            d198 = (cse_24 * d145)
-            d199 = (cse_24 * d106)
-            d200 = (cse_24 * d114)
-            d201 = (cse_24 * d122)
-            d202 = (cse_24 * d130)
-            d203 = (cse_24 * d138)
-            d204 = (cse_24 * d146)
-            d205 = (-(cse_21 * (d150 + d151)) + (p_E * cse_11 * cse_23 * d149))
-            d206 = (-(cse_21 * (d149 + d151)) + (p_E * cse_11 * cse_23 * d150))
-            d207 = (-(cse_21 * (d149 + d150)) + (p_E * cse_11 * cse_23 * d151))
-            d208 = (cse_24 * d152)
-            d209 = (cse_24 * d153)
-            d210 = (cse_24 * d154)
+            cse_44 = (cse_22 * d86)
+            cse_45 = (cse_22 * d87)
+            cse_46 = (cse_22 * d85)
+            cse_47 = (cse_22 * d94)
+            cse_48 = (cse_22 * d95)
+            cse_49 = (cse_22 * d93)
+            cse_50 = (cse_22 * d102)
+            cse_51 = (cse_22 * d103)
+            cse_52 = (cse_22 * d110)
+            cse_53 = (cse_22 * d111)
+            cse_54 = (cse_22 * d118)
+            cse_55 = (cse_22 * d119)
+            cse_56 = (cse_22 * d126)
+            cse_57 = (cse_22 * d127)
+            cse_58 = (cse_22 * d134)
+            cse_59 = (cse_22 * d135)
+            cse_60 = (cse_22 * d142)
+            cse_61 = (cse_22 * d143)
+            cse_62 = (cse_22 * d101)
+            cse_63 = (cse_22 * d109)
+            cse_64 = (cse_22 * d117)
+            cse_65 = (cse_22 * d125)
+            cse_66 = (cse_22 * d133)
+            cse_67 = (cse_22 * d141)
+            cse_68 = (cse_22 * d150)
+            cse_69 = (cse_22 * d151)
+            cse_70 = (cse_22 * d149)
+            d157 = (cse_44 + cse_45 + (cse_26 * d85))
+            d158 = (cse_45 + cse_46 + (cse_26 * d86))
+            d159 = (cse_44 + cse_46 + (cse_26 * d87))
+            d160 = (cse_43 * d88)
+            d161 = (cse_43 * d89)
+            d162 = (cse_43 * d90)
+            d163 = (cse_47 + cse_48 + (cse_26 * d93))
+            d164 = (cse_48 + cse_49 + (cse_26 * d94))
+            d165 = (cse_47 + cse_49 + (cse_26 * d95))
+            d166 = (cse_43 * d96)
+            d167 = (cse_43 * d97)
+            d168 = (cse_43 * d98)
+            d169 = (cse_50 + cse_51 + (cse_26 * d101))
+            d170 = (cse_52 + cse_53 + (cse_26 * d109))
+            d171 = (cse_54 + cse_55 + (cse_26 * d117))
+            d172 = (cse_56 + cse_57 + (cse_26 * d125))
+            d173 = (cse_58 + cse_59 + (cse_26 * d133))
+            d174 = (cse_60 + cse_61 + (cse_26 * d141))
+            d175 = (cse_51 + cse_62 + (cse_26 * d102))
+            d176 = (cse_53 + cse_63 + (cse_26 * d110))
+            d177 = (cse_55 + cse_64 + (cse_26 * d118))
+            d178 = (cse_57 + cse_65 + (cse_26 * d126))
+            d179 = (cse_59 + cse_66 + (cse_26 * d134))
+            d180 = (cse_61 + cse_67 + (cse_26 * d142))
+            d181 = (cse_50 + cse_62 + (cse_26 * d103))
+            d182 = (cse_52 + cse_63 + (cse_26 * d111))
+            d183 = (cse_54 + cse_64 + (cse_26 * d119))
+            d184 = (cse_56 + cse_65 + (cse_26 * d127))
+            d185 = (cse_58 + cse_66 + (cse_26 * d135))
+            d186 = (cse_60 + cse_67 + (cse_26 * d143))
+            d187 = (cse_43 * d104)
+            d188 = (cse_43 * d112)
+            d189 = (cse_43 * d120)
+            d190 = (cse_43 * d128)
+            d191 = (cse_43 * d136)
+            d192 = (cse_43 * d144)
+            d193 = (cse_43 * d105)
+            d194 = (cse_43 * d113)
+            d195 = (cse_43 * d121)
+            d196 = (cse_43 * d129)
+            d197 = (cse_43 * d137)
+            d198 = (cse_43 * d145)
+            d199 = (cse_43 * d106)
+            d200 = (cse_43 * d114)
+            d201 = (cse_43 * d122)
+            d202 = (cse_43 * d130)
+            d203 = (cse_43 * d138)
+            d204 = (cse_43 * d146)
+            d205 = (cse_68 + cse_69 + (cse_26 * d149))
+            d206 = (cse_69 + cse_70 + (cse_26 * d150))
+            d207 = (cse_68 + cse_70 + (cse_26 * d151))
+            d208 = (cse_43 * d152)
+            d209 = (cse_43 * d153)
+            d210 = (cse_43 * d154)
         if V & 8:  # total
-            cse_25 = (p_E * cse_23)
-            cse_27 = (cse_6 + (cse_4 * (cse_6 * cse_6)))
-            cse_28 = (cse_27 * cse_3)
-            cse_29 = (p_E * cse_26)
-            cse_123 = (cse_101 + cse_87 + cse_96)
-            cse_124 = (cse_38 * cse_48 * cse_58)
-            cse_125 = (-cse_123 * cse_124)
-            cse_126 = (cse_11 * cse_11 * cse_11 * cse_11)
-            cse_127 = (cse_123 * cse_126)
-            cse_128 = (-cse_3 * ((cse_11 * cse_27) - (cse_26 * cse_7)))
-            cse_129 = (-cse_128 - (cse_0 * cse_26))
-            cse_130 = (-cse_128 - (cse_1 * cse_26))
-            cse_131 = (-cse_128 - (cse_2 * cse_26))
-            cse_133 = (cse_127 * cse_59)
-            cse_136 = (cse_102 + cse_97)
-            cse_137 = ((cse_13 * cse_47) + (cse_14 * cse_54) + (cse_37 * cse_9))
-            cse_138 = ((cse_129 * cse_37) + (cse_130 * cse_47) + (cse_131 * cse_54))
-            cse_139 = (-cse_138 * cse_26)
-            cse_141 = (cse_102 + cse_88)
-            cse_143 = (cse_88 + cse_97)
-            cse_145 = (cse_136 + cse_88)
-            cse_146 = (cse_107 * nx_3)
+            cse_73 = (cse_11 * cse_7)
+            cse_74 = (cse_4 * cse_73)
+            cse_75 = (cse_74 + (cse_0 * cse_4))
+            cse_77 = (cse_74 + (cse_1 * cse_4))
+            cse_78 = (cse_74 + (cse_2 * cse_4))
+            cse_81 = (p_E * cse_80)
+            cse_82 = (cse_0 * cse_81)
+            cse_83 = (cse_5 * cse_7)
+            cse_84 = (cse_10 * cse_83)
+            cse_85 = (cse_73 * cse_81)
+            cse_86 = (-cse_85)
+            cse_87 = (cse_10 * cse_10)
+            cse_88 = (cse_8 * cse_83 * cse_87)
+            cse_91 = (cse_1 * cse_81)
+            cse_92 = (cse_2 * cse_81)
+            cse_93 = (cse_16 * cse_81)
+            cse_94 = (cse_18 * cse_81)
+            cse_95 = (cse_20 * cse_81)
+            cse_211 = (cse_108 * cse_81)
+            cse_212 = (cse_145 * cse_81)
+            cse_213 = (cse_109 * cse_174)
+            cse_214 = (cse_145 * cse_213)
+            cse_215 = (cse_85 - (p_E * cse_10 * cse_4 * cse_7) - (K2 * p_E * p_nu * cse_4 * cse_7 * cse_87))
+            cse_216 = (-cse_215 - cse_82)
+            cse_217 = (-cse_215 - cse_92)
+            cse_218 = (-cse_215 - cse_91)
+            cse_220 = (cse_157 * cse_81)
+            cse_221 = (cse_157 * cse_213)
+            cse_223 = (cse_164 * cse_81)
+            cse_224 = (cse_164 * cse_213)
+            cse_227 = (cse_173 * cse_213)
+            cse_228 = (cse_145 * state_S_3)
+            cse_229 = (cse_157 * state_S_3)
+            cse_230 = (cse_164 * state_S_3)
+            cse_231 = (cse_4 * cse_4 * cse_4 * cse_4)
+            cse_233 = (cse_183 * cse_213)
+            cse_234 = (cse_145 * state_S_4)
+            cse_235 = (cse_157 * state_S_4)
+            cse_236 = (cse_164 * state_S_4)
+            cse_238 = (cse_170 * cse_20 * cse_213)
+            cse_239 = (cse_145 * state_S_5)
+            cse_240 = (cse_157 * state_S_5)
+            cse_241 = (cse_164 * state_S_5)
+            cse_243 = (cse_203 * cse_81)
+            cse_244 = (cse_203 * cse_213)
             # linear solve 3: 8x8, 6 right-hand side(s) through elimination lu1
-            ls3_148 = (-cse_42 * ((cse_11 * ((cse_13 * cse_52) + (cse_14 * cse_55) + (cse_40 * cse_9))) + (cse_125 * cse_37)))
-            ls3_149 = (-cse_42 * ((cse_11 * ((cse_13 * cse_70) + (cse_14 * cse_73) + (cse_52 * cse_9))) + (cse_125 * cse_47)))
-            ls3_150 = (-cse_42 * ((cse_11 * ((cse_13 * cse_73) + (cse_14 * cse_80) + (cse_55 * cse_9))) + (cse_125 * cse_54)))
-            ls3_151 = (-cse_57 * ((cse_11 * cse_90) + (cse_124 * (-cse_136 - cse_137))))
-            ls3_152 = (-cse_63 * ((cse_11 * cse_98) + (cse_124 * (-cse_137 - cse_141))))
-            ls3_153 = (-cse_65 * ((cse_103 * cse_11) + (cse_124 * (-cse_137 - cse_143))))
-            ls3_154 = (cse_110 * cse_29 * (cse_137 + cse_145))
+            ls3_148 = (-cse_134 * ((cse_132 * cse_75) + (cse_140 * cse_77) + (cse_143 * cse_78) - (cse_112 * cse_212) - (cse_114 * cse_212) - (cse_145 * cse_211)))
+            ls3_149 = (-cse_134 * ((cse_140 * cse_75) + (cse_153 * cse_77) + (cse_155 * cse_78) - (cse_112 * cse_220) - (cse_114 * cse_220) - (cse_157 * cse_211)))
+            ls3_150 = (-cse_134 * ((cse_143 * cse_75) + (cse_155 * cse_77) + (cse_162 * cse_78) - (cse_112 * cse_223) - (cse_114 * cse_223) - (cse_164 * cse_211)))
+            ls3_151 = (-cse_134 * (-(cse_112 * cse_227) - (cse_114 * cse_227) - (cse_228 * cse_75) - (cse_229 * cse_77) - (cse_230 * cse_78) + (cse_16 * cse_171 * cse_4)))
+            ls3_152 = (-cse_134 * (-(cse_108 * cse_233) - (cse_114 * cse_233) - (cse_234 * cse_75) - (cse_235 * cse_77) - (cse_236 * cse_78) + (cse_18 * cse_181 * cse_4)))
+            ls3_153 = (-cse_134 * (-(cse_108 * cse_238) - (cse_112 * cse_238) - (cse_239 * cse_75) - (cse_240 * cse_77) - (cse_241 * cse_78) + (cse_185 * cse_20 * cse_4)))
+            ls3_154 = (cse_196 * ((cse_112 * cse_243) + (cse_114 * cse_243) + (cse_189 * cse_75) + (cse_199 * cse_77) + (cse_201 * cse_78) + (cse_203 * cse_211)))
             (ls3_155, ls3_156, ls3_157, ls3_158, ls3_159, ls3_160, ls3_162) = _triton_lu1_forward2(
                 lu1_lu, ls3_148, ls3_149, ls3_150, ls3_151, ls3_152, ls3_153, ls3_154, DTYPE)
-            ls3_163 = (-cse_42 * ((p_E * ((cse_129 * cse_40) + (cse_130 * cse_52) + (cse_131 * cse_55))) + (cse_127 * cse_60)))
-            ls3_164 = (-cse_42 * ((p_E * ((cse_129 * cse_52) + (cse_130 * cse_70) + (cse_131 * cse_73))) + (cse_133 * cse_47)))
-            ls3_165 = (-cse_42 * ((p_E * ((cse_129 * cse_55) + (cse_130 * cse_73) + (cse_131 * cse_80))) + (cse_133 * cse_54)))
-            ls3_166 = (-cse_57 * ((cse_59 * (cse_139 + (cse_126 * cse_136))) - (cse_29 * cse_90)))
-            ls3_167 = (-cse_63 * ((cse_59 * (cse_139 + (cse_126 * cse_141))) - (cse_29 * cse_98)))
-            ls3_168 = (-cse_65 * ((cse_59 * (cse_139 + (cse_126 * cse_143))) - (cse_103 * cse_29)))
-            ls3_169 = (cse_110 * cse_38 * ((cse_11 * cse_138) - (cse_145 * cse_58)))
+            ls3_163 = (-cse_134 * ((cse_108 * cse_214) + (cse_112 * cse_214) + (cse_114 * cse_214) + (cse_132 * cse_216) + (cse_140 * cse_218) + (cse_143 * cse_217)))
+            ls3_164 = (-cse_134 * ((cse_108 * cse_221) + (cse_112 * cse_221) + (cse_114 * cse_221) + (cse_140 * cse_216) + (cse_153 * cse_218) + (cse_155 * cse_217)))
+            ls3_165 = (-cse_134 * ((cse_108 * cse_224) + (cse_112 * cse_224) + (cse_114 * cse_224) + (cse_143 * cse_216) + (cse_155 * cse_218) + (cse_162 * cse_217)))
+            ls3_166 = (-cse_134 * (-(cse_171 * cse_93) - (cse_216 * cse_228) - (cse_217 * cse_230) - (cse_218 * cse_229) + (K2 * cse_112 * cse_127 * cse_129 * cse_16 * cse_175 * cse_231) + (K2 * cse_114 * cse_127 * cse_129 * cse_16 * cse_175 * cse_231)))
+            ls3_167 = (-cse_134 * (-(cse_181 * cse_94) - (cse_216 * cse_234) - (cse_217 * cse_236) - (cse_218 * cse_235) + (K2 * cse_108 * cse_127 * cse_129 * cse_175 * cse_18 * cse_231) + (K2 * cse_114 * cse_127 * cse_129 * cse_175 * cse_18 * cse_231)))
+            ls3_168 = (-cse_134 * (-(cse_185 * cse_95) - (cse_216 * cse_239) - (cse_217 * cse_241) - (cse_218 * cse_240) + (K2 * cse_108 * cse_127 * cse_129 * cse_175 * cse_20 * cse_231) + (K2 * cse_112 * cse_127 * cse_129 * cse_175 * cse_20 * cse_231)))
+            ls3_169 = (cse_196 * (-(cse_108 * cse_244) - (cse_112 * cse_244) - (cse_114 * cse_244) + (cse_126 * cse_128 * cse_216) + (cse_128 * cse_138 * cse_218) + (cse_128 * cse_142 * cse_217)))
             (ls3_170, ls3_171, ls3_172, ls3_173, ls3_174, ls3_175, ls3_177) = _triton_lu1_forward2(
                 lu1_lu, ls3_163, ls3_164, ls3_165, ls3_166, ls3_167, ls3_168, ls3_169, DTYPE)
-            ls3_178 = (-cse_119 * state_internal_ep)
+            ls3_178 = (-cse_208 * state_internal_ep)
             ls3_186 = _triton_lu1_forward11(lu1_lu, ls3_178, DTYPE)
-            ls3_187 = (-cse_119)
+            ls3_187 = (-cse_208)
             ls3_195 = _triton_lu1_forward11(lu1_lu, ls3_187, DTYPE)
-            ls3_196 = (-cse_108 * nx_3 * (cse_107 * cse_107))
+            ls3_196 = (-cse_192 * cse_195 * (cse_190 * cse_190))
             ls3_204 = _triton_lu1_forward11(lu1_lu, ls3_196, DTYPE)
-            ls3_205 = tl.where(cse_146 > 0.0, (nx_4 * tl.log(cse_146)), K8)
+            ls3_205 = tl.where(cse_193 > 0.0, (cse_194 * tl.log(cse_193)), K5)
             ls3_213 = _triton_lu1_forward11(lu1_lu, ls3_205, DTYPE)
             (d211, d212, d213, d214, d215, d216, d217, d218) = _triton_lu1_back2(
                 lu1_lu, ls3_155, ls3_156, ls3_157, ls3_158, ls3_159, ls3_160, ls3_162, DTYPE)
@@ -2270,119 +2364,137 @@ if triton is not None:
             d235, d236, d237, d238, d239, d240, d241, d242 = _triton_lu1_back10(lu1_lu, ls3_195, DTYPE)
             d243, d244, d245, d246, d247, d248, d249, d250 = _triton_lu1_back10(lu1_lu, ls3_204, DTYPE)
             d251, d252, d253, d254, d255, d256, d257, d258 = _triton_lu1_back10(lu1_lu, ls3_213, DTYPE)
-            d259 = ((cse_11 * (cse_9 + (cse_25 * d211))) - (cse_21 * (d212 + d213)))
-            d260 = ((cse_11 * (cse_13 + (cse_25 * d212))) - (cse_21 * (d211 + d213)))
-            d261 = ((cse_11 * (cse_14 + (cse_25 * d213))) - (cse_21 * (d211 + d212)))
-            d262 = ((cse_11 * cse_15) + (cse_24 * d214))
-            d263 = ((cse_11 * cse_17) + (cse_24 * d215))
-            d264 = ((cse_11 * cse_19) + (cse_24 * d216))
-            d265 = ((p_E * ((cse_11 * (cse_28 + (cse_23 * d219))) - (cse_26 * cse_9))) - (cse_21 * (d220 + d221)))
-            d266 = ((p_E * ((cse_11 * (cse_28 + (cse_23 * d220))) - (cse_13 * cse_26))) - (cse_21 * (d219 + d221)))
-            d267 = ((p_E * ((cse_11 * (cse_28 + (cse_23 * d221))) - (cse_14 * cse_26))) - (cse_21 * (d219 + d220)))
-            d268 = ((cse_24 * d222) - (cse_15 * cse_29))
-            d269 = ((cse_24 * d223) - (cse_17 * cse_29))
-            d270 = ((cse_24 * d224) - (cse_19 * cse_29))
-            d271 = (-(cse_21 * (d228 + d229)) + (p_E * cse_11 * cse_23 * d227))
-            d272 = (-(cse_21 * (d227 + d229)) + (p_E * cse_11 * cse_23 * d228))
-            d273 = (-(cse_21 * (d227 + d228)) + (p_E * cse_11 * cse_23 * d229))
-            d274 = (cse_24 * d230)
-            d275 = (cse_24 * d231)
-            d276 = (cse_24 * d232)
-            d277 = (-(cse_21 * (d236 + d237)) + (p_E * cse_11 * cse_23 * d235))
-            d278 = (-(cse_21 * (d235 + d237)) + (p_E * cse_11 * cse_23 * d236))
-            d279 = (-(cse_21 * (d235 + d236)) + (p_E * cse_11 * cse_23 * d237))
-            d280 = (cse_24 * d238)
-            d281 = (cse_24 * d239)
-            d282 = (cse_24 * d240)
-            d283 = (-(cse_21 * (d244 + d245)) + (p_E * cse_11 * cse_23 * d243))
-            d284 = (-(cse_21 * (d243 + d245)) + (p_E * cse_11 * cse_23 * d244))
-            d285 = (-(cse_21 * (d243 + d244)) + (p_E * cse_11 * cse_23 * d245))
-            d286 = (cse_24 * d246)
-            d287 = (cse_24 * d247)
-            d288 = (cse_24 * d248)
-            d289 = (-(cse_21 * (d252 + d253)) + (p_E * cse_11 * cse_23 * d251))
-            d290 = (-(cse_21 * (d251 + d253)) + (p_E * cse_11 * cse_23 * d252))
-            d291 = (-(cse_21 * (d251 + d252)) + (p_E * cse_11 * cse_23 * d253))
-            d292 = (cse_24 * d254)
-            d293 = (cse_24 * d255)
-            d294 = (cse_24 * d256)
+            cse_71 = (cse_22 * d212)
+            cse_72 = (cse_22 * d213)
+            cse_76 = (cse_22 * d211)
+            cse_79 = (cse_22 * d220)
+            cse_89 = (cse_84 + cse_86 + cse_88 + (cse_22 * d221))
+            cse_90 = (cse_22 * d219)
+            cse_96 = (cse_22 * d228)
+            cse_97 = (cse_22 * d229)
+            cse_98 = (cse_22 * d227)
+            cse_99 = (cse_22 * d236)
+            cse_100 = (cse_22 * d237)
+            cse_101 = (cse_22 * d235)
+            cse_102 = (cse_22 * d244)
+            cse_103 = (cse_22 * d245)
+            cse_104 = (cse_22 * d243)
+            cse_105 = (cse_22 * d252)
+            cse_106 = (cse_22 * d253)
+            cse_107 = (cse_22 * d251)
+            d259 = (cse_71 + cse_72 + cse_75 + (cse_26 * d211))
+            d260 = (cse_72 + cse_76 + cse_77 + (cse_26 * d212))
+            d261 = (cse_71 + cse_76 + cse_78 + (cse_26 * d213))
+            d262 = ((cse_16 * cse_4) + (cse_43 * d214))
+            d263 = ((cse_18 * cse_4) + (cse_43 * d215))
+            d264 = ((cse_20 * cse_4) + (cse_43 * d216))
+            d265 = (cse_79 + cse_89 - cse_82 + (cse_26 * d219))
+            d266 = (cse_89 + cse_90 - cse_91 + (cse_26 * d220))
+            d267 = (cse_79 + cse_84 + cse_86 + cse_88 + cse_90 - cse_92 + (cse_26 * d221))
+            d268 = (-cse_93 + (cse_43 * d222))
+            d269 = (-cse_94 + (cse_43 * d223))
+            d270 = (-cse_95 + (cse_43 * d224))
+            d271 = (cse_96 + cse_97 + (cse_26 * d227))
+            d272 = (cse_97 + cse_98 + (cse_26 * d228))
+            d273 = (cse_96 + cse_98 + (cse_26 * d229))
+            d274 = (cse_43 * d230)
+            d275 = (cse_43 * d231)
+            d276 = (cse_43 * d232)
+            d277 = (cse_100 + cse_99 + (cse_26 * d235))
+            d278 = (cse_100 + cse_101 + (cse_26 * d236))
+            d279 = (cse_101 + cse_99 + (cse_26 * d237))
+            d280 = (cse_43 * d238)
+            d281 = (cse_43 * d239)
+            d282 = (cse_43 * d240)
+            d283 = (cse_102 + cse_103 + (cse_26 * d243))
+            d284 = (cse_103 + cse_104 + (cse_26 * d244))
+            d285 = (cse_102 + cse_104 + (cse_26 * d245))
+            d286 = (cse_43 * d246)
+            d287 = (cse_43 * d247)
+            d288 = (cse_43 * d248)
+            d289 = (cse_105 + cse_106 + (cse_26 * d251))
+            d290 = (cse_106 + cse_107 + (cse_26 * d252))
+            d291 = (cse_105 + cse_107 + (cse_26 * d253))
+            d292 = (cse_43 * d254)
+            d293 = (cse_43 * d255)
+            d294 = (cse_43 * d256)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
             _row16 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d1, K0), tl.where((perzyna_iso_return_map_converged & fin), d9, K0), tl.where((perzyna_iso_return_map_converged & fin), d17, K0), tl.where((perzyna_iso_return_map_converged & fin), d25, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d33, K0), tl.where((perzyna_iso_return_map_converged & fin), d41, K0), tl.where((perzyna_iso_return_map_converged & fin), d85, K0), tl.where((perzyna_iso_return_map_converged & fin), d93, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d101, K0), tl.where((perzyna_iso_return_map_converged & fin), d109, K0), tl.where((perzyna_iso_return_map_converged & fin), d117, K0), tl.where((perzyna_iso_return_map_converged & fin), d125, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d133, K0), tl.where((perzyna_iso_return_map_converged & fin), d141, K0), tl.where((perzyna_iso_return_map_converged & fin), d149, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d133, K0), tl.where((perzyna_iso_return_map_converged & fin), d141, K0), tl.where((perzyna_iso_return_map_converged & fin), d149, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d2, K0), tl.where((perzyna_iso_return_map_converged & fin), d10, K0), tl.where((perzyna_iso_return_map_converged & fin), d18, K0), tl.where((perzyna_iso_return_map_converged & fin), d26, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d34, K0), tl.where((perzyna_iso_return_map_converged & fin), d42, K0), tl.where((perzyna_iso_return_map_converged & fin), d86, K0), tl.where((perzyna_iso_return_map_converged & fin), d94, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d102, K0), tl.where((perzyna_iso_return_map_converged & fin), d110, K0), tl.where((perzyna_iso_return_map_converged & fin), d118, K0), tl.where((perzyna_iso_return_map_converged & fin), d126, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d134, K0), tl.where((perzyna_iso_return_map_converged & fin), d142, K0), tl.where((perzyna_iso_return_map_converged & fin), d150, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d134, K0), tl.where((perzyna_iso_return_map_converged & fin), d142, K0), tl.where((perzyna_iso_return_map_converged & fin), d150, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0), BLOCK)
             _k17 = tl.arange(0, 32)[None, :]
             tl.store(J + row[:, None] * j_stride + _k17 + (_k17 // 16) * (6 * (V // 8)), _row16, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row18 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d3, K0), tl.where((perzyna_iso_return_map_converged & fin), d11, K0), tl.where((perzyna_iso_return_map_converged & fin), d19, K0), tl.where((perzyna_iso_return_map_converged & fin), d27, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d35, K0), tl.where((perzyna_iso_return_map_converged & fin), d43, K0), tl.where((perzyna_iso_return_map_converged & fin), d87, K0), tl.where((perzyna_iso_return_map_converged & fin), d95, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d103, K0), tl.where((perzyna_iso_return_map_converged & fin), d111, K0), tl.where((perzyna_iso_return_map_converged & fin), d119, K0), tl.where((perzyna_iso_return_map_converged & fin), d127, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d135, K0), tl.where((perzyna_iso_return_map_converged & fin), d143, K0), tl.where((perzyna_iso_return_map_converged & fin), d151, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d135, K0), tl.where((perzyna_iso_return_map_converged & fin), d143, K0), tl.where((perzyna_iso_return_map_converged & fin), d151, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d4, K0), tl.where((perzyna_iso_return_map_converged & fin), d12, K0), tl.where((perzyna_iso_return_map_converged & fin), d20, K0), tl.where((perzyna_iso_return_map_converged & fin), d28, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d36, K0), tl.where((perzyna_iso_return_map_converged & fin), d44, K0), tl.where((perzyna_iso_return_map_converged & fin), d88, K0), tl.where((perzyna_iso_return_map_converged & fin), d96, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d104, K0), tl.where((perzyna_iso_return_map_converged & fin), d112, K0), tl.where((perzyna_iso_return_map_converged & fin), d120, K0), tl.where((perzyna_iso_return_map_converged & fin), d128, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d136, K0), tl.where((perzyna_iso_return_map_converged & fin), d144, K0), tl.where((perzyna_iso_return_map_converged & fin), d152, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d136, K0), tl.where((perzyna_iso_return_map_converged & fin), d144, K0), tl.where((perzyna_iso_return_map_converged & fin), d152, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0), BLOCK)
             _k19 = tl.arange(0, 32)[None, :] + 32
             tl.store(J + row[:, None] * j_stride + _k19 + (_k19 // 16) * (6 * (V // 8)), _row18, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row20 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d5, K0), tl.where((perzyna_iso_return_map_converged & fin), d13, K0), tl.where((perzyna_iso_return_map_converged & fin), d21, K0), tl.where((perzyna_iso_return_map_converged & fin), d29, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d37, K0), tl.where((perzyna_iso_return_map_converged & fin), d45, K0), tl.where((perzyna_iso_return_map_converged & fin), d89, K0), tl.where((perzyna_iso_return_map_converged & fin), d97, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d105, K0), tl.where((perzyna_iso_return_map_converged & fin), d113, K0), tl.where((perzyna_iso_return_map_converged & fin), d121, K0), tl.where((perzyna_iso_return_map_converged & fin), d129, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d137, K0), tl.where((perzyna_iso_return_map_converged & fin), d145, K0), tl.where((perzyna_iso_return_map_converged & fin), d153, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d137, K0), tl.where((perzyna_iso_return_map_converged & fin), d145, K0), tl.where((perzyna_iso_return_map_converged & fin), d153, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d6, K0), tl.where((perzyna_iso_return_map_converged & fin), d14, K0), tl.where((perzyna_iso_return_map_converged & fin), d22, K0), tl.where((perzyna_iso_return_map_converged & fin), d30, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d38, K0), tl.where((perzyna_iso_return_map_converged & fin), d46, K0), tl.where((perzyna_iso_return_map_converged & fin), d90, K0), tl.where((perzyna_iso_return_map_converged & fin), d98, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d106, K0), tl.where((perzyna_iso_return_map_converged & fin), d114, K0), tl.where((perzyna_iso_return_map_converged & fin), d122, K0), tl.where((perzyna_iso_return_map_converged & fin), d130, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d138, K0), tl.where((perzyna_iso_return_map_converged & fin), d146, K0), tl.where((perzyna_iso_return_map_converged & fin), d154, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d138, K0), tl.where((perzyna_iso_return_map_converged & fin), d146, K0), tl.where((perzyna_iso_return_map_converged & fin), d154, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0), BLOCK)
             _k21 = tl.arange(0, 32)[None, :] + 64
             tl.store(J + row[:, None] * j_stride + _k21 + (_k21 // 16) * (6 * (V // 8)), _row20, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row22 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d7, K0), tl.where((perzyna_iso_return_map_converged & fin), d15, K0), tl.where((perzyna_iso_return_map_converged & fin), d23, K0), tl.where((perzyna_iso_return_map_converged & fin), d31, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d39, K0), tl.where((perzyna_iso_return_map_converged & fin), d47, K0), tl.where((perzyna_iso_return_map_converged & fin), d91, K0), tl.where((perzyna_iso_return_map_converged & fin), d99, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d107, K0), tl.where((perzyna_iso_return_map_converged & fin), d115, K0), tl.where((perzyna_iso_return_map_converged & fin), d123, K0), tl.where((perzyna_iso_return_map_converged & fin), d131, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d139, K0), tl.where((perzyna_iso_return_map_converged & fin), d147, K0), tl.where((perzyna_iso_return_map_converged & fin), d155, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d139, K0), tl.where((perzyna_iso_return_map_converged & fin), d147, K0), tl.where((perzyna_iso_return_map_converged & fin), d155, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d8, K0), tl.where((perzyna_iso_return_map_converged & fin), d16, K0), tl.where((perzyna_iso_return_map_converged & fin), d24, K0), tl.where((perzyna_iso_return_map_converged & fin), d32, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d40, K0), tl.where((perzyna_iso_return_map_converged & fin), d48, K0), tl.where((perzyna_iso_return_map_converged & fin), d92, K0), tl.where((perzyna_iso_return_map_converged & fin), d100, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d108, K0), tl.where((perzyna_iso_return_map_converged & fin), d116, K0), tl.where((perzyna_iso_return_map_converged & fin), d124, K0), tl.where((perzyna_iso_return_map_converged & fin), d132, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d140, K0), tl.where((perzyna_iso_return_map_converged & fin), d148, K0), tl.where((perzyna_iso_return_map_converged & fin), d156, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d140, K0), tl.where((perzyna_iso_return_map_converged & fin), d148, K0), tl.where((perzyna_iso_return_map_converged & fin), d156, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0), BLOCK)
             _k23 = tl.arange(0, 32)[None, :] + 96
             tl.store(J + row[:, None] * j_stride + _k23 + (_k23 // 16) * (6 * (V // 8)), _row22, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row24 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d49, K0), tl.where((perzyna_iso_return_map_converged & fin), d50, K0), tl.where((perzyna_iso_return_map_converged & fin), d51, K0), tl.where((perzyna_iso_return_map_converged & fin), d52, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d53, K0), tl.where((perzyna_iso_return_map_converged & fin), d54, K0), tl.where((perzyna_iso_return_map_converged & fin), d157, K0), tl.where((perzyna_iso_return_map_converged & fin), d163, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d169, K0), tl.where((perzyna_iso_return_map_converged & fin), d170, K0), tl.where((perzyna_iso_return_map_converged & fin), d171, K0), tl.where((perzyna_iso_return_map_converged & fin), d172, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d173, K0), tl.where((perzyna_iso_return_map_converged & fin), d174, K0), tl.where((perzyna_iso_return_map_converged & fin), d205, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d173, K0), tl.where((perzyna_iso_return_map_converged & fin), d174, K0), tl.where((perzyna_iso_return_map_converged & fin), d205, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d55, K0), tl.where((perzyna_iso_return_map_converged & fin), d56, K0), tl.where((perzyna_iso_return_map_converged & fin), d57, K0), tl.where((perzyna_iso_return_map_converged & fin), d58, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d59, K0), tl.where((perzyna_iso_return_map_converged & fin), d60, K0), tl.where((perzyna_iso_return_map_converged & fin), d158, K0), tl.where((perzyna_iso_return_map_converged & fin), d164, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d175, K0), tl.where((perzyna_iso_return_map_converged & fin), d176, K0), tl.where((perzyna_iso_return_map_converged & fin), d177, K0), tl.where((perzyna_iso_return_map_converged & fin), d178, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d179, K0), tl.where((perzyna_iso_return_map_converged & fin), d180, K0), tl.where((perzyna_iso_return_map_converged & fin), d206, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d179, K0), tl.where((perzyna_iso_return_map_converged & fin), d180, K0), tl.where((perzyna_iso_return_map_converged & fin), d206, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0), BLOCK)
             _k25 = tl.arange(0, 32)[None, :] + 128
             tl.store(J + row[:, None] * j_stride + _k25 + (_k25 // 16) * (6 * (V // 8)), _row24, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row26 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d61, K0), tl.where((perzyna_iso_return_map_converged & fin), d62, K0), tl.where((perzyna_iso_return_map_converged & fin), d63, K0), tl.where((perzyna_iso_return_map_converged & fin), d64, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d65, K0), tl.where((perzyna_iso_return_map_converged & fin), d66, K0), tl.where((perzyna_iso_return_map_converged & fin), d159, K0), tl.where((perzyna_iso_return_map_converged & fin), d165, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d181, K0), tl.where((perzyna_iso_return_map_converged & fin), d182, K0), tl.where((perzyna_iso_return_map_converged & fin), d183, K0), tl.where((perzyna_iso_return_map_converged & fin), d184, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d185, K0), tl.where((perzyna_iso_return_map_converged & fin), d186, K0), tl.where((perzyna_iso_return_map_converged & fin), d207, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d185, K0), tl.where((perzyna_iso_return_map_converged & fin), d186, K0), tl.where((perzyna_iso_return_map_converged & fin), d207, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d67, K0), tl.where((perzyna_iso_return_map_converged & fin), d68, K0), tl.where((perzyna_iso_return_map_converged & fin), d69, K0), tl.where((perzyna_iso_return_map_converged & fin), d70, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d71, K0), tl.where((perzyna_iso_return_map_converged & fin), d72, K0), tl.where((perzyna_iso_return_map_converged & fin), d160, K0), tl.where((perzyna_iso_return_map_converged & fin), d166, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d187, K0), tl.where((perzyna_iso_return_map_converged & fin), d188, K0), tl.where((perzyna_iso_return_map_converged & fin), d189, K0), tl.where((perzyna_iso_return_map_converged & fin), d190, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d191, K0), tl.where((perzyna_iso_return_map_converged & fin), d192, K0), tl.where((perzyna_iso_return_map_converged & fin), d208, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d191, K0), tl.where((perzyna_iso_return_map_converged & fin), d192, K0), tl.where((perzyna_iso_return_map_converged & fin), d208, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0), BLOCK)
             _k27 = tl.arange(0, 32)[None, :] + 160
             tl.store(J + row[:, None] * j_stride + _k27 + (_k27 // 16) * (6 * (V // 8)), _row26, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row28 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d73, K0), tl.where((perzyna_iso_return_map_converged & fin), d74, K0), tl.where((perzyna_iso_return_map_converged & fin), d75, K0), tl.where((perzyna_iso_return_map_converged & fin), d76, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d77, K0), tl.where((perzyna_iso_return_map_converged & fin), d78, K0), tl.where((perzyna_iso_return_map_converged & fin), d161, K0), tl.where((perzyna_iso_return_map_converged & fin), d167, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d193, K0), tl.where((perzyna_iso_return_map_converged & fin), d194, K0), tl.where((perzyna_iso_return_map_converged & fin), d195, K0), tl.where((perzyna_iso_return_map_converged & fin), d196, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d197, K0), tl.where((perzyna_iso_return_map_converged & fin), d198, K0), tl.where((perzyna_iso_return_map_converged & fin), d209, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d197, K0), tl.where((perzyna_iso_return_map_converged & fin), d198, K0), tl.where((perzyna_iso_return_map_converged & fin), d209, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d79, K0), tl.where((perzyna_iso_return_map_converged & fin), d80, K0), tl.where((perzyna_iso_return_map_converged & fin), d81, K0), tl.where((perzyna_iso_return_map_converged & fin), d82, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d83, K0), tl.where((perzyna_iso_return_map_converged & fin), d84, K0), tl.where((perzyna_iso_return_map_converged & fin), d162, K0), tl.where((perzyna_iso_return_map_converged & fin), d168, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d199, K0), tl.where((perzyna_iso_return_map_converged & fin), d200, K0), tl.where((perzyna_iso_return_map_converged & fin), d201, K0), tl.where((perzyna_iso_return_map_converged & fin), d202, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d203, K0), tl.where((perzyna_iso_return_map_converged & fin), d204, K0), tl.where((perzyna_iso_return_map_converged & fin), d210, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d203, K0), tl.where((perzyna_iso_return_map_converged & fin), d204, K0), tl.where((perzyna_iso_return_map_converged & fin), d210, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0), BLOCK)
             _k29 = tl.arange(0, 32)[None, :] + 192
             tl.store(J + row[:, None] * j_stride + _k29 + (_k29 // 16) * (6 * (V // 8)), _row28, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             if V & 8:
@@ -2445,8 +2557,8 @@ C_SOURCE = r'''
 /* MC_PARTS value:0,tangent:0,jacobian:1,total:1 (entry point: part; -DMC_PART=k builds part k alone) */
 /* MC_WIDTHS x=6,1,1,6,1,1 tangent=36 jacobian=224 total=308 (per point: the inputs' components in argument order, each derivative entry point's entries) */
 #include "modelc_kernel.h"
-#if MC_KERNEL_ABI != 5
-#error "this source needs modelc_kernel.h ABI 5: regenerate it with the installed modelc"
+#if MC_KERNEL_ABI != 6
+#error "this source needs modelc_kernel.h ABI 6: regenerate it with the installed modelc"
 #endif
 
 /* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate: the lanes of a block iterate together until none is active.
@@ -2470,18 +2582,16 @@ MC_INLINE void newton_1_iterate(
     real *restrict v_state_internal_ep, real *restrict v_state_internal_gamma_rate,
     int *restrict v_perzyna_iso_return_map_converged,
     int *restrict v_perzyna_iso_return_map_iterations,
-    real *restrict v_perzyna_iso_return_map_residual_norm, real *restrict v_nx_0,
-    real *restrict v_nx_1, real *restrict v_nx_2, real *restrict v_nx_3, real *restrict v_nx_4,
-    const mc_args *restrict a, const int V) {
+    real *restrict v_perzyna_iso_return_map_residual_norm, const mc_args *restrict a, const int V) {
     real mc_A[64 * MC_W], mc_B[8 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
     real
         v_ncse_2[MC_W], v_ncse_6[MC_W], v_ncse_7[MC_W], v_ncse_13[MC_W], v_ncse_17[MC_W],
-        v_ncse_26[MC_W], v_ncse_39[MC_W], v_ncse_49[MC_W], v_ncse_50[MC_W], v_ncse_79[MC_W],
-        v_ncse_80[MC_W], v_ncse_95[MC_W], v_ncse_96[MC_W], v_ncse_99[MC_W], v_ncse_125[MC_W],
-        v_ncse_126[MC_W], v_ncse_12[MC_W], v_ncse_16[MC_W], v_ncse_18[MC_W], v_ncse_20[MC_W],
+        v_ncse_26[MC_W], v_ncse_39[MC_W], v_ncse_48[MC_W], v_ncse_49[MC_W], v_ncse_78[MC_W],
+        v_ncse_79[MC_W], v_ncse_93[MC_W], v_ncse_94[MC_W], v_ncse_97[MC_W], v_ncse_123[MC_W],
+        v_ncse_124[MC_W], v_ncse_12[MC_W], v_ncse_16[MC_W], v_ncse_18[MC_W], v_ncse_20[MC_W],
         v_ncse_21[MC_W], v_ncse_23[MC_W], v_ncse_24[MC_W], v_ncse_30[MC_W], v_ncse_31[MC_W],
-        v_ncse_32[MC_W], v_ncse_34[MC_W], v_ncse_35[MC_W], v_ncse_40[MC_W], v_ncse_87[MC_W],
+        v_ncse_32[MC_W], v_ncse_34[MC_W], v_ncse_35[MC_W], v_ncse_40[MC_W], v_ncse_85[MC_W],
         v_nt1_r_0[MC_W], v_nt1_r_1[MC_W], v_nt1_r_2[MC_W], v_nt1_r_3[MC_W], v_nt1_r_4[MC_W],
         v_nt1_r_5[MC_W], v_nt1_r_6[MC_W], v_nt1_r_7[MC_W];
     MC_SIMD MC_LANES {
@@ -2514,15 +2624,15 @@ MC_INLINE void newton_1_iterate(
         const real ncse_17 = ((p_E * p_E) * (ncse_2 * ncse_2));
         const real ncse_26 = (((real)0.3333333333333333) * ncse_6);
         const real ncse_39 = (((real)1.0) / p_eta);
-        const real ncse_49 = (-ncse_13);
-        const real ncse_50 = (ncse_49 * ncse_6);
-        const real ncse_79 = (p_E * p_E * p_E);
-        const real ncse_80 = (ncse_2 * ncse_2 * ncse_2);
-        const real ncse_95 = (fabs(p_E) * fabs(ncse_2));
-        const real ncse_96 = (((real)0.6666666666666666) * ncse_95);
-        const real ncse_99 = (((real)1.3333333333333333) * ncse_95);
-        const real ncse_125 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
-        const real ncse_126 = (((real)0.816496580927726) * ncse_49);
+        const real ncse_48 = (-ncse_13);
+        const real ncse_49 = (ncse_48 * ncse_6);
+        const real ncse_78 = (p_E * p_E * p_E);
+        const real ncse_79 = (ncse_2 * ncse_2 * ncse_2);
+        const real ncse_93 = (fabs(p_E) * fabs(ncse_2));
+        const real ncse_94 = (((real)0.6666666666666666) * ncse_93);
+        const real ncse_97 = (((real)1.3333333333333333) * ncse_93);
+        const real ncse_123 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
+        const real ncse_124 = (((real)0.816496580927726) * ncse_48);
         v_perzyna_iso_return_map_converged[l] = (V & 1) && !mc_redo[l] ? v_perzyna_iso_return_map_converged[l] : 0;
         v_perzyna_iso_return_map_iterations[l] = (V & 1) && !mc_redo[l] ? v_perzyna_iso_return_map_iterations[l] : 0;
         mc_act[l] = (V & 1) ? mc_redo[l] : 1;
@@ -2541,15 +2651,15 @@ MC_INLINE void newton_1_iterate(
         v_ncse_17[l] = ncse_17;
         v_ncse_26[l] = ncse_26;
         v_ncse_39[l] = ncse_39;
+        v_ncse_48[l] = ncse_48;
         v_ncse_49[l] = ncse_49;
-        v_ncse_50[l] = ncse_50;
+        v_ncse_78[l] = ncse_78;
         v_ncse_79[l] = ncse_79;
-        v_ncse_80[l] = ncse_80;
-        v_ncse_95[l] = ncse_95;
-        v_ncse_96[l] = ncse_96;
-        v_ncse_99[l] = ncse_99;
-        v_ncse_125[l] = ncse_125;
-        v_ncse_126[l] = ncse_126;
+        v_ncse_93[l] = ncse_93;
+        v_ncse_94[l] = ncse_94;
+        v_ncse_97[l] = ncse_97;
+        v_ncse_123[l] = ncse_123;
+        v_ncse_124[l] = ncse_124;
     }
     const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
     const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
@@ -2582,11 +2692,11 @@ MC_INLINE void newton_1_iterate(
         const real state_internal_ep = v_state_internal_ep[l];
         const real ncse_39 = v_ncse_39[l];
         const real p_n = MC_P(5, v_p_n[l]);
-        const real ncse_96 = v_ncse_96[l];
+        const real ncse_94 = v_ncse_94[l];
         const real p_nu = MC_P(1, v_p_nu[l]);
-        const real ncse_125 = v_ncse_125[l];
-        const real ncse_95 = v_ncse_95[l];
-        const real ncse_99 = v_ncse_99[l];
+        const real ncse_123 = v_ncse_123[l];
+        const real ncse_93 = v_ncse_93[l];
+        const real ncse_97 = v_ncse_97[l];
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
         const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
@@ -2617,10 +2727,10 @@ MC_INLINE void newton_1_iterate(
         const real ncse_27 = (ncse_26 * ncse_5);
         const real ncse_28 = (ncse_10 * ncse_26);
         const real ncse_29 = (ncse_3 * ncse_7);
-        const real ncse_122 = (ncse_11 - ncse_25 - ncse_27);
-        const real ncse_123 = (ncse_29 - ncse_27 - ncse_28);
-        const real ncse_124 = (ncse_8 - ncse_25 - ncse_28);
-        const real ncse_30 = sqrt(mc_pos((ncse_18 + ncse_21 + ncse_24 + (ncse_122 * ncse_122) + (ncse_123 * ncse_123) + (ncse_124 * ncse_124))));
+        const real ncse_120 = (ncse_11 - ncse_25 - ncse_27);
+        const real ncse_121 = (ncse_29 - ncse_27 - ncse_28);
+        const real ncse_122 = (ncse_8 - ncse_25 - ncse_28);
+        const real ncse_30 = sqrt(mc_pos((ncse_18 + ncse_21 + ncse_24 + (ncse_120 * ncse_120) + (ncse_121 * ncse_121) + (ncse_122 * ncse_122))));
         const real ncse_31 = mc_sdiv(((real)1.0), ncse_30);
         const real ncse_32 = (((real)0.5) * ncse_31);
         const real ncse_33 = (ncse_14 * ncse_32);
@@ -2628,38 +2738,36 @@ MC_INLINE void newton_1_iterate(
         const real ncse_35 = (-ncse_29 - ncse_8 + (((real)1.3333333333333333) * p_E * ncse_10 * ncse_2));
         const real ncse_36 = (ncse_14 * ncse_31 * ncse_6);
         const real ncse_40 = (((real)0.816496580927726) * (-p_sigma_y + (((real)1.224744871391589) * ncse_30) - (p_K * state_internal_ep)));
-        const real ncse_41 = mc_pos(ncse_40);
-        const real ncse_42 = (ncse_39 * ncse_41);
-        const real ncse_43 = mc_pow(ncse_42, p_n);
-        const real ncse_86 = mc_powr_shift(ncse_43, ncse_42, (-((real)1.0) + p_n));
-        const real ncse_87 = (p_n * ncse_86);
-        const real ncse_92 = fabs(state_internal_Ep_0);
-        const real ncse_93 = fabs(state_internal_Ep_1);
-        const real ncse_94 = (ncse_93 + fabs(forces_E_1));
-        const real ncse_97 = (ncse_94 * ncse_96);
-        const real ncse_98 = (ncse_92 + fabs(forces_E_0));
-        const real ncse_100 = fabs(state_internal_Ep_2);
-        const real ncse_101 = (ncse_100 + fabs(forces_E_2));
-        const real ncse_102 = (((real)2.6666666666666665) * ncse_95 * (ncse_101 + ncse_94 + ncse_98) * fabs(p_nu) * ncse_125);
-        const real ncse_103 = (ncse_102 + (ncse_101 * ncse_96));
-        const real ncse_104 = fabs(state_internal_gamma_rate);
-        const real ncse_105 = (ncse_104 * fabs(ncse_13));
-        const real ncse_106 = (ncse_105 * fabs(ncse_31));
-        const real ncse_107 = (((real)0.5) * ncse_106);
-        const real ncse_108 = (ncse_92 + (ncse_107 * (ncse_103 + ncse_97 + (ncse_98 * ncse_99))) + fabs(old_state_internal_Ep_0));
-        const real ncse_109 = (ncse_96 * ncse_98);
-        const real ncse_110 = (ncse_93 + (ncse_107 * (ncse_103 + ncse_109 + (ncse_94 * ncse_99))) + fabs(old_state_internal_Ep_1));
-        const real ncse_111 = (ncse_100 + (ncse_107 * (ncse_102 + ncse_109 + ncse_97 + (ncse_101 * ncse_99))) + fabs(old_state_internal_Ep_2));
-        const real ncse_112 = fabs(state_internal_Ep_3);
-        const real ncse_113 = (ncse_106 * ncse_95);
-        const real ncse_114 = (ncse_112 + (ncse_113 * (ncse_112 + fabs(forces_E_3))) + fabs(old_state_internal_Ep_3));
-        const real ncse_115 = fabs(state_internal_Ep_4);
-        const real ncse_116 = (ncse_115 + (ncse_113 * (ncse_115 + fabs(forces_E_4))) + fabs(old_state_internal_Ep_4));
-        const real ncse_117 = fabs(state_internal_Ep_5);
-        const real ncse_118 = (ncse_117 + (ncse_113 * (ncse_117 + fabs(forces_E_5))) + fabs(old_state_internal_Ep_5));
-        const real ncse_119 = fabs(state_internal_ep);
-        const real ncse_120 = (ncse_119 + (((real)0.816496580927726) * ncse_105) + fabs(old_state_internal_ep));
-        const real ncse_121 = (ncse_104 + (((real)0.816496580927726) * ((ncse_119 * fabs(p_K)) + (((real)1.224744871391589) * fabs(ncse_30)) + fabs(p_sigma_y)) * fabs(ncse_39) * fabs(ncse_87)) + fabs(ncse_43));
+        const real ncse_41 = (ncse_39 * mc_pos(ncse_40));
+        const real ncse_42 = mc_pow(ncse_41, p_n);
+        const real ncse_85 = (p_n * mc_powr_shift(ncse_42, ncse_41, (-((real)1.0) + p_n)));
+        const real ncse_90 = fabs(state_internal_Ep_0);
+        const real ncse_91 = fabs(state_internal_Ep_1);
+        const real ncse_92 = (ncse_91 + fabs(forces_E_1));
+        const real ncse_95 = (ncse_92 * ncse_94);
+        const real ncse_96 = (ncse_90 + fabs(forces_E_0));
+        const real ncse_98 = fabs(state_internal_Ep_2);
+        const real ncse_99 = (ncse_98 + fabs(forces_E_2));
+        const real ncse_100 = (((real)2.6666666666666665) * ncse_93 * (ncse_92 + ncse_96 + ncse_99) * fabs(p_nu) * ncse_123);
+        const real ncse_101 = (ncse_100 + (ncse_94 * ncse_99));
+        const real ncse_102 = fabs(state_internal_gamma_rate);
+        const real ncse_103 = (ncse_102 * fabs(ncse_13));
+        const real ncse_104 = (ncse_103 * fabs(ncse_31));
+        const real ncse_105 = (((real)0.5) * ncse_104);
+        const real ncse_106 = (ncse_90 + (ncse_105 * (ncse_101 + ncse_95 + (ncse_96 * ncse_97))) + fabs(old_state_internal_Ep_0));
+        const real ncse_107 = (ncse_94 * ncse_96);
+        const real ncse_108 = (ncse_91 + (ncse_105 * (ncse_101 + ncse_107 + (ncse_92 * ncse_97))) + fabs(old_state_internal_Ep_1));
+        const real ncse_109 = (ncse_98 + (ncse_105 * (ncse_100 + ncse_107 + ncse_95 + (ncse_97 * ncse_99))) + fabs(old_state_internal_Ep_2));
+        const real ncse_110 = fabs(state_internal_Ep_3);
+        const real ncse_111 = (ncse_104 * ncse_93);
+        const real ncse_112 = (ncse_110 + (ncse_111 * (ncse_110 + fabs(forces_E_3))) + fabs(old_state_internal_Ep_3));
+        const real ncse_113 = fabs(state_internal_Ep_4);
+        const real ncse_114 = (ncse_113 + (ncse_111 * (ncse_113 + fabs(forces_E_4))) + fabs(old_state_internal_Ep_4));
+        const real ncse_115 = fabs(state_internal_Ep_5);
+        const real ncse_116 = (ncse_115 + (ncse_111 * (ncse_115 + fabs(forces_E_5))) + fabs(old_state_internal_Ep_5));
+        const real ncse_117 = fabs(state_internal_ep);
+        const real ncse_118 = (ncse_117 + (((real)0.816496580927726) * ncse_103) + fabs(old_state_internal_ep));
+        const real ncse_119 = (ncse_102 + (((real)0.816496580927726) * ((ncse_117 * fabs(p_K)) + (((real)1.224744871391589) * fabs(ncse_30)) + fabs(p_sigma_y)) * fabs(ncse_39) * fabs(ncse_85)) + fabs(ncse_42));
         const real nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_12 * ncse_33));
         const real nt1_r_1 = (-ncse_4 - old_state_internal_Ep_1 - (ncse_33 * ncse_34));
         const real nt1_r_2 = (-ncse_9 - old_state_internal_Ep_2 - (ncse_33 * ncse_35));
@@ -2667,19 +2775,14 @@ MC_INLINE void newton_1_iterate(
         const real nt1_r_4 = (-ncse_19 - old_state_internal_Ep_4 - (ncse_20 * ncse_36));
         const real nt1_r_5 = (-ncse_22 - old_state_internal_Ep_5 - (ncse_23 * ncse_36));
         const real nt1_r_6 = (state_internal_ep - old_state_internal_ep - (((real)0.816496580927726) * ncse_14));
-        const real nt1_r_7 = (state_internal_gamma_rate - ncse_43);
+        const real nt1_r_7 = (state_internal_gamma_rate - ncse_42);
         const real perzyna_iso_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)));
         const real nt1_rnorm0 = it == 0 ? perzyna_iso_return_map_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * ((((real)3e+38) - ncse_108) > 0 ? ncse_108 : ((real)0.0)))) & (fabs(nt1_r_1) <= (nt1_rtol * ((((real)3e+38) - ncse_110) > 0 ? ncse_110 : ((real)0.0)))));
-        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_2) <= (nt1_rtol * ((((real)3e+38) - ncse_111) > 0 ? ncse_111 : ((real)0.0)))) & (fabs(nt1_r_3) <= (nt1_rtol * ((((real)3e+38) - ncse_114) > 0 ? ncse_114 : ((real)0.0)))));
-        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * ((((real)3e+38) - ncse_116) > 0 ? ncse_116 : ((real)0.0)))) & (fabs(nt1_r_5) <= (nt1_rtol * ((((real)3e+38) - ncse_118) > 0 ? ncse_118 : ((real)0.0)))));
-        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((((real)3e+38) - ncse_120) > 0 ? ncse_120 : ((real)0.0)))) & (fabs(nt1_r_7) <= (nt1_rtol * ((((real)3e+38) - ncse_121) > 0 ? ncse_121 : ((real)0.0)))));
+        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * ((((real)3e+38) - ncse_106) > 0 ? ncse_106 : ((real)0.0)))) & (fabs(nt1_r_1) <= (nt1_rtol * ((((real)3e+38) - ncse_108) > 0 ? ncse_108 : ((real)0.0)))));
+        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_2) <= (nt1_rtol * ((((real)3e+38) - ncse_109) > 0 ? ncse_109 : ((real)0.0)))) & (fabs(nt1_r_3) <= (nt1_rtol * ((((real)3e+38) - ncse_112) > 0 ? ncse_112 : ((real)0.0)))));
+        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * ((((real)3e+38) - ncse_114) > 0 ? ncse_114 : ((real)0.0)))) & (fabs(nt1_r_5) <= (nt1_rtol * ((((real)3e+38) - ncse_116) > 0 ? ncse_116 : ((real)0.0)))));
+        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((((real)3e+38) - ncse_118) > 0 ? ncse_118 : ((real)0.0)))) & (fabs(nt1_r_7) <= (nt1_rtol * ((((real)3e+38) - ncse_119) > 0 ? ncse_119 : ((real)0.0)))));
         const int nt1_ok = (nt1_scaled3 | (perzyna_iso_return_map_residual_norm <= nt1_atol));
-        v_nx_0[l] = ncse_31;
-        v_nx_1[l] = ncse_30;
-        v_nx_2[l] = ncse_86;
-        v_nx_3[l] = ncse_41;
-        v_nx_4[l] = ncse_43;
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_perzyna_iso_return_map_converged[l] = mc_was ? nt1_ok : v_perzyna_iso_return_map_converged[l];
@@ -2699,7 +2802,7 @@ MC_INLINE void newton_1_iterate(
         v_ncse_34[l] = ncse_34;
         v_ncse_35[l] = ncse_35;
         v_ncse_40[l] = ncse_40;
-        v_ncse_87[l] = ncse_87;
+        v_ncse_85[l] = ncse_85;
         v_nt1_r_0[l] = nt1_r_0;
         v_nt1_r_1[l] = nt1_r_1;
         v_nt1_r_2[l] = nt1_r_2;
@@ -2716,27 +2819,27 @@ MC_INLINE void newton_1_iterate(
         const real ncse_31 = v_ncse_31[l];
         const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
         const real ncse_30 = v_ncse_30[l];
-        const real ncse_50 = v_ncse_50[l];
+        const real ncse_49 = v_ncse_49[l];
         const real ncse_12 = v_ncse_12[l];
         const real ncse_34 = v_ncse_34[l];
         const real ncse_35 = v_ncse_35[l];
         const real ncse_16 = v_ncse_16[l];
-        const real ncse_49 = v_ncse_49[l];
+        const real ncse_48 = v_ncse_48[l];
         const real ncse_17 = v_ncse_17[l];
         const real ncse_20 = v_ncse_20[l];
         const real ncse_23 = v_ncse_23[l];
         const real ncse_32 = v_ncse_32[l];
+        const real ncse_78 = v_ncse_78[l];
         const real ncse_79 = v_ncse_79[l];
-        const real ncse_80 = v_ncse_80[l];
         const real ncse_39 = v_ncse_39[l];
         const real ncse_40 = v_ncse_40[l];
-        const real ncse_87 = v_ncse_87[l];
+        const real ncse_85 = v_ncse_85[l];
         const real ncse_6 = v_ncse_6[l];
         const real ncse_18 = v_ncse_18[l];
         const real ncse_21 = v_ncse_21[l];
         const real ncse_24 = v_ncse_24[l];
         const real p_K = MC_P(2, v_p_K[l]);
-        const real ncse_126 = v_ncse_126[l];
+        const real ncse_124 = v_ncse_124[l];
         const real nt1_r_0 = v_nt1_r_0[l];
         const real nt1_r_1 = v_nt1_r_1[l];
         const real nt1_r_2 = v_nt1_r_2[l];
@@ -2745,111 +2848,111 @@ MC_INLINE void newton_1_iterate(
         const real nt1_r_5 = v_nt1_r_5[l];
         const real nt1_r_6 = v_nt1_r_6[l];
         const real nt1_r_7 = v_nt1_r_7[l];
-        const real ncse_44 = (state_internal_gamma_rate == 0 ? ((real)0.0) : ncse_31);
-        const real ncse_45 = (-((real)0.6666666666666666) * ncse_44);
-        const real ncse_46 = mc_sdiv(((real)1.0), (((real)2.0) * ncse_30));
-        const real ncse_47 = ((state_internal_gamma_rate == 0 ? ((real)0.0) : ncse_46) * (state_internal_gamma_rate == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (ncse_30 * ncse_30))));
-        const real ncse_48 = (((real)0.5) * ncse_47);
-        const real ncse_51 = (ncse_50 * state_internal_gamma_rate);
-        const real ncse_52 = (((real)0.3333333333333333) * ncse_44);
-        const real ncse_53 = (ncse_12 * ncse_48);
-        const real ncse_54 = (-ncse_51 * (-ncse_52 - (ncse_34 * ncse_53)));
-        const real ncse_55 = (-ncse_51 * (-ncse_52 - (ncse_35 * ncse_53)));
-        const real ncse_56 = (ncse_16 * state_internal_gamma_rate);
-        const real ncse_57 = (ncse_12 * ncse_49);
-        const real ncse_58 = (ncse_17 * ncse_47);
-        const real ncse_59 = (ncse_57 * ncse_58);
-        const real ncse_60 = (ncse_56 * ncse_59);
-        const real ncse_61 = (ncse_59 * state_internal_gamma_rate);
-        const real ncse_62 = (ncse_20 * ncse_61);
-        const real ncse_63 = (ncse_23 * ncse_61);
-        const real ncse_64 = (-ncse_51 * (-ncse_52 - (ncse_34 * ncse_35 * ncse_48)));
-        const real ncse_65 = (ncse_49 * ncse_58);
-        const real ncse_66 = (ncse_34 * ncse_65);
-        const real ncse_67 = (ncse_56 * ncse_66);
-        const real ncse_68 = (ncse_66 * state_internal_gamma_rate);
-        const real ncse_69 = (ncse_20 * ncse_68);
-        const real ncse_70 = (ncse_23 * ncse_68);
-        const real ncse_71 = (ncse_32 * ncse_49);
-        const real ncse_72 = (ncse_35 * ncse_65);
-        const real ncse_73 = (ncse_56 * ncse_72);
-        const real ncse_74 = (ncse_72 * state_internal_gamma_rate);
-        const real ncse_75 = (ncse_20 * ncse_74);
-        const real ncse_76 = (ncse_23 * ncse_74);
-        const real ncse_77 = (-ncse_44);
-        const real ncse_78 = (((real)2.0) * ncse_47);
-        const real ncse_81 = (ncse_49 * ncse_56 * ncse_78 * ncse_79 * ncse_80);
-        const real ncse_82 = (ncse_20 * ncse_81);
-        const real ncse_83 = (ncse_23 * ncse_81);
-        const real ncse_84 = (ncse_31 * ncse_50);
-        const real ncse_85 = (ncse_20 * ncse_23 * ncse_49 * ncse_78 * ncse_79 * ncse_80 * state_internal_gamma_rate);
-        const real ncse_88 = (ncse_39 * ncse_87 * (ncse_40 > 0 ? 1 : 0));
-        const real ncse_89 = (ncse_46 * ncse_88);
-        const real ncse_90 = (ncse_6 * ncse_89);
-        const real ncse_91 = (((real)2.0) * ncse_17 * ncse_89);
-        const real nt1_1 = (((real)1.0) - (ncse_51 * (-ncse_45 - (ncse_48 * (ncse_12 * ncse_12)))));
-        const real nt1_2 = (ncse_32 * ncse_57);
-        const real nt1_3 = (((real)1.0) - (ncse_51 * (-ncse_45 - (ncse_48 * (ncse_34 * ncse_34)))));
-        const real nt1_4 = (ncse_34 * ncse_71);
-        const real nt1_5 = (((real)1.0) - (ncse_51 * (-ncse_45 - (ncse_48 * (ncse_35 * ncse_35)))));
-        const real nt1_6 = (ncse_35 * ncse_71);
-        const real nt1_7 = (((real)1.0) - (ncse_51 * (-ncse_77 - (ncse_18 * ncse_78))));
-        const real nt1_8 = (ncse_16 * ncse_84);
-        const real nt1_9 = (((real)1.0) - (ncse_51 * (-ncse_77 - (ncse_21 * ncse_78))));
-        const real nt1_10 = (ncse_20 * ncse_84);
-        const real nt1_11 = (((real)1.0) - (ncse_51 * (-ncse_77 - (ncse_24 * ncse_78))));
-        const real nt1_12 = (ncse_23 * ncse_84);
-        const real nt1_13 = (ncse_12 * ncse_90);
-        const real nt1_14 = (ncse_34 * ncse_90);
-        const real nt1_15 = (ncse_35 * ncse_90);
-        const real nt1_16 = (ncse_16 * ncse_91);
-        const real nt1_17 = (ncse_20 * ncse_91);
-        const real nt1_18 = (ncse_23 * ncse_91);
-        const real nt1_19 = (((real)0.816496580927726) * p_K * ncse_88);
-        const int nt1_ok_0_20_part0 = ((fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_54))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_55))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_60))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_62))));
-        const int nt1_20 = (nt1_ok_0_20_part0 & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_63))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(nt1_2))));
+        const real ncse_43 = (state_internal_gamma_rate == 0 ? ((real)0.0) : ncse_31);
+        const real ncse_44 = (-((real)0.6666666666666666) * ncse_43);
+        const real ncse_45 = mc_sdiv(((real)1.0), (((real)2.0) * ncse_30));
+        const real ncse_46 = ((state_internal_gamma_rate == 0 ? ((real)0.0) : ncse_45) * (state_internal_gamma_rate == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (ncse_30 * ncse_30))));
+        const real ncse_47 = (((real)0.5) * ncse_46);
+        const real ncse_50 = (ncse_49 * state_internal_gamma_rate);
+        const real ncse_51 = (((real)0.3333333333333333) * ncse_43);
+        const real ncse_52 = (ncse_12 * ncse_47);
+        const real ncse_53 = (-ncse_50 * (-ncse_51 - (ncse_34 * ncse_52)));
+        const real ncse_54 = (-ncse_50 * (-ncse_51 - (ncse_35 * ncse_52)));
+        const real ncse_55 = (ncse_16 * state_internal_gamma_rate);
+        const real ncse_56 = (ncse_12 * ncse_48);
+        const real ncse_57 = (ncse_17 * ncse_46);
+        const real ncse_58 = (ncse_56 * ncse_57);
+        const real ncse_59 = (ncse_55 * ncse_58);
+        const real ncse_60 = (ncse_58 * state_internal_gamma_rate);
+        const real ncse_61 = (ncse_20 * ncse_60);
+        const real ncse_62 = (ncse_23 * ncse_60);
+        const real ncse_63 = (-ncse_50 * (-ncse_51 - (ncse_34 * ncse_35 * ncse_47)));
+        const real ncse_64 = (ncse_48 * ncse_57);
+        const real ncse_65 = (ncse_34 * ncse_64);
+        const real ncse_66 = (ncse_55 * ncse_65);
+        const real ncse_67 = (ncse_65 * state_internal_gamma_rate);
+        const real ncse_68 = (ncse_20 * ncse_67);
+        const real ncse_69 = (ncse_23 * ncse_67);
+        const real ncse_70 = (ncse_32 * ncse_48);
+        const real ncse_71 = (ncse_35 * ncse_64);
+        const real ncse_72 = (ncse_55 * ncse_71);
+        const real ncse_73 = (ncse_71 * state_internal_gamma_rate);
+        const real ncse_74 = (ncse_20 * ncse_73);
+        const real ncse_75 = (ncse_23 * ncse_73);
+        const real ncse_76 = (-ncse_43);
+        const real ncse_77 = (((real)2.0) * ncse_46);
+        const real ncse_80 = (ncse_48 * ncse_55 * ncse_77 * ncse_78 * ncse_79);
+        const real ncse_81 = (ncse_20 * ncse_80);
+        const real ncse_82 = (ncse_23 * ncse_80);
+        const real ncse_83 = (ncse_31 * ncse_49);
+        const real ncse_84 = (ncse_20 * ncse_23 * ncse_48 * ncse_77 * ncse_78 * ncse_79 * state_internal_gamma_rate);
+        const real ncse_86 = (ncse_39 * ncse_85 * (ncse_40 > 0 ? 1 : 0));
+        const real ncse_87 = (ncse_45 * ncse_86);
+        const real ncse_88 = (ncse_6 * ncse_87);
+        const real ncse_89 = (((real)2.0) * ncse_17 * ncse_87);
+        const real nt1_1 = (((real)1.0) - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_12 * ncse_12)))));
+        const real nt1_2 = (ncse_32 * ncse_56);
+        const real nt1_3 = (((real)1.0) - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_34 * ncse_34)))));
+        const real nt1_4 = (ncse_34 * ncse_70);
+        const real nt1_5 = (((real)1.0) - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_35 * ncse_35)))));
+        const real nt1_6 = (ncse_35 * ncse_70);
+        const real nt1_7 = (((real)1.0) - (ncse_50 * (-ncse_76 - (ncse_18 * ncse_77))));
+        const real nt1_8 = (ncse_16 * ncse_83);
+        const real nt1_9 = (((real)1.0) - (ncse_50 * (-ncse_76 - (ncse_21 * ncse_77))));
+        const real nt1_10 = (ncse_20 * ncse_83);
+        const real nt1_11 = (((real)1.0) - (ncse_50 * (-ncse_76 - (ncse_24 * ncse_77))));
+        const real nt1_12 = (ncse_23 * ncse_83);
+        const real nt1_13 = (ncse_12 * ncse_88);
+        const real nt1_14 = (ncse_34 * ncse_88);
+        const real nt1_15 = (ncse_35 * ncse_88);
+        const real nt1_16 = (ncse_16 * ncse_89);
+        const real nt1_17 = (ncse_20 * ncse_89);
+        const real nt1_18 = (ncse_23 * ncse_89);
+        const real nt1_19 = (((real)0.816496580927726) * p_K * ncse_86);
+        const int nt1_ok_0_20_part0 = ((fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_53))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_54))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_59))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_61))));
+        const int nt1_20 = (nt1_ok_0_20_part0 & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_62))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(nt1_2))));
         const real nt1_21 = (nt1_20 ? (((real)1.0) / nt1_1) : MC_NAN);
-        const real nt1_22 = (ncse_54 * nt1_21);
-        const real nt1_23 = (nt1_3 - (ncse_54 * nt1_22));
-        const real nt1_24 = (ncse_64 - (ncse_55 * nt1_22));
-        const real nt1_25 = (ncse_67 - (ncse_60 * nt1_22));
-        const real nt1_26 = (ncse_69 - (ncse_62 * nt1_22));
-        const real nt1_27 = (ncse_70 - (ncse_63 * nt1_22));
+        const real nt1_22 = (ncse_53 * nt1_21);
+        const real nt1_23 = (nt1_3 - (ncse_53 * nt1_22));
+        const real nt1_24 = (ncse_63 - (ncse_54 * nt1_22));
+        const real nt1_25 = (ncse_66 - (ncse_59 * nt1_22));
+        const real nt1_26 = (ncse_68 - (ncse_61 * nt1_22));
+        const real nt1_27 = (ncse_69 - (ncse_62 * nt1_22));
         const real nt1_28 = (nt1_4 - (nt1_2 * nt1_22));
-        const real nt1_29 = (ncse_55 * nt1_21);
-        const real nt1_30 = (ncse_64 - (ncse_54 * nt1_29));
-        const real nt1_31 = (nt1_5 - (ncse_55 * nt1_29));
-        const real nt1_32 = (ncse_73 - (ncse_60 * nt1_29));
-        const real nt1_33 = (ncse_75 - (ncse_62 * nt1_29));
-        const real nt1_34 = (ncse_76 - (ncse_63 * nt1_29));
+        const real nt1_29 = (ncse_54 * nt1_21);
+        const real nt1_30 = (ncse_63 - (ncse_53 * nt1_29));
+        const real nt1_31 = (nt1_5 - (ncse_54 * nt1_29));
+        const real nt1_32 = (ncse_72 - (ncse_59 * nt1_29));
+        const real nt1_33 = (ncse_74 - (ncse_61 * nt1_29));
+        const real nt1_34 = (ncse_75 - (ncse_62 * nt1_29));
         const real nt1_35 = (nt1_6 - (nt1_2 * nt1_29));
-        const real nt1_36 = (ncse_60 * nt1_21);
-        const real nt1_37 = (ncse_67 - (ncse_54 * nt1_36));
-        const real nt1_38 = (ncse_73 - (ncse_55 * nt1_36));
-        const real nt1_39 = (nt1_7 - (ncse_60 * nt1_36));
-        const real nt1_40 = (ncse_82 - (ncse_62 * nt1_36));
-        const real nt1_41 = (ncse_83 - (ncse_63 * nt1_36));
+        const real nt1_36 = (ncse_59 * nt1_21);
+        const real nt1_37 = (ncse_66 - (ncse_53 * nt1_36));
+        const real nt1_38 = (ncse_72 - (ncse_54 * nt1_36));
+        const real nt1_39 = (nt1_7 - (ncse_59 * nt1_36));
+        const real nt1_40 = (ncse_81 - (ncse_61 * nt1_36));
+        const real nt1_41 = (ncse_82 - (ncse_62 * nt1_36));
         const real nt1_42 = (nt1_8 - (nt1_2 * nt1_36));
-        const real nt1_43 = (ncse_62 * nt1_21);
-        const real nt1_44 = (ncse_69 - (ncse_54 * nt1_43));
-        const real nt1_45 = (ncse_75 - (ncse_55 * nt1_43));
-        const real nt1_46 = (ncse_82 - (ncse_60 * nt1_43));
-        const real nt1_47 = (nt1_9 - (ncse_62 * nt1_43));
-        const real nt1_48 = (ncse_85 - (ncse_63 * nt1_43));
+        const real nt1_43 = (ncse_61 * nt1_21);
+        const real nt1_44 = (ncse_68 - (ncse_53 * nt1_43));
+        const real nt1_45 = (ncse_74 - (ncse_54 * nt1_43));
+        const real nt1_46 = (ncse_81 - (ncse_59 * nt1_43));
+        const real nt1_47 = (nt1_9 - (ncse_61 * nt1_43));
+        const real nt1_48 = (ncse_84 - (ncse_62 * nt1_43));
         const real nt1_49 = (nt1_10 - (nt1_2 * nt1_43));
-        const real nt1_50 = (ncse_63 * nt1_21);
-        const real nt1_51 = (ncse_70 - (ncse_54 * nt1_50));
-        const real nt1_52 = (ncse_76 - (ncse_55 * nt1_50));
-        const real nt1_53 = (ncse_83 - (ncse_60 * nt1_50));
-        const real nt1_54 = (ncse_85 - (ncse_62 * nt1_50));
-        const real nt1_55 = (nt1_11 - (ncse_63 * nt1_50));
+        const real nt1_50 = (ncse_62 * nt1_21);
+        const real nt1_51 = (ncse_69 - (ncse_53 * nt1_50));
+        const real nt1_52 = (ncse_75 - (ncse_54 * nt1_50));
+        const real nt1_53 = (ncse_82 - (ncse_59 * nt1_50));
+        const real nt1_54 = (ncse_84 - (ncse_61 * nt1_50));
+        const real nt1_55 = (nt1_11 - (ncse_62 * nt1_50));
         const real nt1_56 = (nt1_12 - (nt1_2 * nt1_50));
         const real nt1_57 = (nt1_13 * nt1_21);
-        const real nt1_58 = (nt1_14 - (ncse_54 * nt1_57));
-        const real nt1_59 = (nt1_15 - (ncse_55 * nt1_57));
-        const real nt1_60 = (nt1_16 - (ncse_60 * nt1_57));
-        const real nt1_61 = (nt1_17 - (ncse_62 * nt1_57));
-        const real nt1_62 = (nt1_18 - (ncse_63 * nt1_57));
+        const real nt1_58 = (nt1_14 - (ncse_53 * nt1_57));
+        const real nt1_59 = (nt1_15 - (ncse_54 * nt1_57));
+        const real nt1_60 = (nt1_16 - (ncse_59 * nt1_57));
+        const real nt1_61 = (nt1_17 - (ncse_61 * nt1_57));
+        const real nt1_62 = (nt1_18 - (ncse_62 * nt1_57));
         const real nt1_63 = (((real)1.0) - (nt1_2 * nt1_57));
         const int nt1_ok_1_64_part0 = ((fabs(nt1_23) >= (((real)1e-12) * fabs(nt1_24))) & (fabs(nt1_23) >= (((real)1e-12) * fabs(nt1_25))) & (fabs(nt1_23) >= (((real)1e-12) * fabs(nt1_26))) & (fabs(nt1_23) >= (((real)1e-12) * fabs(nt1_27))));
         const int nt1_64 = (nt1_ok_1_64_part0 & (fabs(nt1_23) >= (((real)1e-12) * fabs(nt1_28))));
@@ -2932,10 +3035,10 @@ MC_INLINE void newton_1_iterate(
         const real nt1_141 = (nt1_140 ? (((real)1.0) / nt1_135) : MC_NAN);
         const real nt1_142 = (nt1_138 * nt1_141);
         const real nt1_143 = (nt1_139 - (nt1_136 * nt1_142));
-        const int nt1_144 = (((real)1.0) >= (((real)1e-12) * fabs(ncse_126)));
+        const int nt1_144 = (((real)1.0) >= (((real)1e-12) * fabs(ncse_124)));
         const real nt1_145 = (nt1_144 ? ((real)1.0) : MC_NAN);
         const real nt1_146 = (nt1_19 * nt1_145);
-        const real nt1_147 = (nt1_143 - (ncse_126 * nt1_146));
+        const real nt1_147 = (nt1_143 - (ncse_124 * nt1_146));
         const real nt1_148 = (((real)1.0) / nt1_147);
         const real nt1_149 = (-nt1_r_0);
         const real nt1_150 = (-nt1_r_1);
@@ -2968,13 +3071,13 @@ MC_INLINE void newton_1_iterate(
         const real nt1_177 = (nt1_176 - (nt1_175 * nt1_142));
         const real nt1_178 = (nt1_177 - (nt1_155 * nt1_146));
         const real nt1_179 = (nt1_178 * nt1_148);
-        const real nt1_180 = (nt1_145 * (nt1_155 - (ncse_126 * nt1_179)));
+        const real nt1_180 = (nt1_145 * (nt1_155 - (ncse_124 * nt1_179)));
         const real nt1_181 = (nt1_141 * (nt1_175 - (nt1_136 * nt1_179)));
         const real nt1_182 = (nt1_133 * (nt1_172 - (nt1_122 * nt1_181) - (nt1_123 * nt1_179)));
         const real nt1_183 = (nt1_119 * (nt1_168 - (nt1_100 * nt1_182) - (nt1_101 * nt1_181) - (nt1_102 * nt1_179)));
         const real nt1_184 = (nt1_97 * (nt1_163 - (nt1_68 * nt1_183) - (nt1_69 * nt1_182) - (nt1_70 * nt1_181) - (nt1_71 * nt1_179)));
         const real nt1_185 = (nt1_65 * (nt1_157 - (nt1_24 * nt1_184) - (nt1_25 * nt1_183) - (nt1_26 * nt1_182) - (nt1_27 * nt1_181) - (nt1_28 * nt1_179)));
-        const real nt1_186 = (nt1_21 * (nt1_149 - (ncse_54 * nt1_185) - (ncse_55 * nt1_184) - (ncse_60 * nt1_183) - (ncse_62 * nt1_182) - (ncse_63 * nt1_181) - (nt1_2 * nt1_179)));
+        const real nt1_186 = (nt1_21 * (nt1_149 - (ncse_53 * nt1_185) - (ncse_54 * nt1_184) - (ncse_59 * nt1_183) - (ncse_61 * nt1_182) - (ncse_62 * nt1_181) - (nt1_2 * nt1_179)));
         const real nt1_dx_0 = nt1_186;
         const real nt1_dx_1 = nt1_185;
         const real nt1_dx_2 = nt1_184;
@@ -2992,59 +3095,59 @@ MC_INLINE void newton_1_iterate(
         if (V & 2) v_state_internal_ep[l] = mc_act[l] ? v_state_internal_ep[l] + nt1_dx_6 : v_state_internal_ep[l];
         if (V & 2) v_state_internal_gamma_rate[l] = mc_act[l] ? v_state_internal_gamma_rate[l] + nt1_dx_7 : v_state_internal_gamma_rate[l];
         if (V & 2) v_perzyna_iso_return_map_iterations[l] = v_perzyna_iso_return_map_iterations[l] + mc_act[l];
-        if (V & 1) mc_A[0 * MC_W + l] = (((real)1.0) - (ncse_51 * (-ncse_45 - (ncse_48 * (ncse_12 * ncse_12)))));
-        if (V & 1) mc_A[1 * MC_W + l] = ncse_54;
-        if (V & 1) mc_A[2 * MC_W + l] = ncse_55;
-        if (V & 1) mc_A[3 * MC_W + l] = ncse_60;
-        if (V & 1) mc_A[4 * MC_W + l] = ncse_62;
-        if (V & 1) mc_A[5 * MC_W + l] = ncse_63;
+        if (V & 1) mc_A[0 * MC_W + l] = (((real)1.0) - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_12 * ncse_12)))));
+        if (V & 1) mc_A[1 * MC_W + l] = ncse_53;
+        if (V & 1) mc_A[2 * MC_W + l] = ncse_54;
+        if (V & 1) mc_A[3 * MC_W + l] = ncse_59;
+        if (V & 1) mc_A[4 * MC_W + l] = ncse_61;
+        if (V & 1) mc_A[5 * MC_W + l] = ncse_62;
         if (V & 1) mc_A[6 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[7 * MC_W + l] = (ncse_32 * ncse_57);
+        if (V & 1) mc_A[7 * MC_W + l] = (ncse_32 * ncse_56);
         if (V & 1) mc_B[0 * MC_W + l] = (-nt1_r_0);
-        if (V & 1) mc_A[8 * MC_W + l] = ncse_54;
-        if (V & 1) mc_A[9 * MC_W + l] = (((real)1.0) - (ncse_51 * (-ncse_45 - (ncse_48 * (ncse_34 * ncse_34)))));
-        if (V & 1) mc_A[10 * MC_W + l] = ncse_64;
-        if (V & 1) mc_A[11 * MC_W + l] = ncse_67;
-        if (V & 1) mc_A[12 * MC_W + l] = ncse_69;
-        if (V & 1) mc_A[13 * MC_W + l] = ncse_70;
+        if (V & 1) mc_A[8 * MC_W + l] = ncse_53;
+        if (V & 1) mc_A[9 * MC_W + l] = (((real)1.0) - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_34 * ncse_34)))));
+        if (V & 1) mc_A[10 * MC_W + l] = ncse_63;
+        if (V & 1) mc_A[11 * MC_W + l] = ncse_66;
+        if (V & 1) mc_A[12 * MC_W + l] = ncse_68;
+        if (V & 1) mc_A[13 * MC_W + l] = ncse_69;
         if (V & 1) mc_A[14 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[15 * MC_W + l] = (ncse_34 * ncse_71);
+        if (V & 1) mc_A[15 * MC_W + l] = (ncse_34 * ncse_70);
         if (V & 1) mc_B[1 * MC_W + l] = (-nt1_r_1);
-        if (V & 1) mc_A[16 * MC_W + l] = ncse_55;
-        if (V & 1) mc_A[17 * MC_W + l] = ncse_64;
-        if (V & 1) mc_A[18 * MC_W + l] = (((real)1.0) - (ncse_51 * (-ncse_45 - (ncse_48 * (ncse_35 * ncse_35)))));
-        if (V & 1) mc_A[19 * MC_W + l] = ncse_73;
-        if (V & 1) mc_A[20 * MC_W + l] = ncse_75;
-        if (V & 1) mc_A[21 * MC_W + l] = ncse_76;
+        if (V & 1) mc_A[16 * MC_W + l] = ncse_54;
+        if (V & 1) mc_A[17 * MC_W + l] = ncse_63;
+        if (V & 1) mc_A[18 * MC_W + l] = (((real)1.0) - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_35 * ncse_35)))));
+        if (V & 1) mc_A[19 * MC_W + l] = ncse_72;
+        if (V & 1) mc_A[20 * MC_W + l] = ncse_74;
+        if (V & 1) mc_A[21 * MC_W + l] = ncse_75;
         if (V & 1) mc_A[22 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[23 * MC_W + l] = (ncse_35 * ncse_71);
+        if (V & 1) mc_A[23 * MC_W + l] = (ncse_35 * ncse_70);
         if (V & 1) mc_B[2 * MC_W + l] = (-nt1_r_2);
-        if (V & 1) mc_A[24 * MC_W + l] = ncse_60;
-        if (V & 1) mc_A[25 * MC_W + l] = ncse_67;
-        if (V & 1) mc_A[26 * MC_W + l] = ncse_73;
-        if (V & 1) mc_A[27 * MC_W + l] = (((real)1.0) - (ncse_51 * (-ncse_77 - (ncse_18 * ncse_78))));
-        if (V & 1) mc_A[28 * MC_W + l] = ncse_82;
-        if (V & 1) mc_A[29 * MC_W + l] = ncse_83;
+        if (V & 1) mc_A[24 * MC_W + l] = ncse_59;
+        if (V & 1) mc_A[25 * MC_W + l] = ncse_66;
+        if (V & 1) mc_A[26 * MC_W + l] = ncse_72;
+        if (V & 1) mc_A[27 * MC_W + l] = (((real)1.0) - (ncse_50 * (-ncse_76 - (ncse_18 * ncse_77))));
+        if (V & 1) mc_A[28 * MC_W + l] = ncse_81;
+        if (V & 1) mc_A[29 * MC_W + l] = ncse_82;
         if (V & 1) mc_A[30 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[31 * MC_W + l] = (ncse_16 * ncse_84);
+        if (V & 1) mc_A[31 * MC_W + l] = (ncse_16 * ncse_83);
         if (V & 1) mc_B[3 * MC_W + l] = (-nt1_r_3);
-        if (V & 1) mc_A[32 * MC_W + l] = ncse_62;
-        if (V & 1) mc_A[33 * MC_W + l] = ncse_69;
-        if (V & 1) mc_A[34 * MC_W + l] = ncse_75;
-        if (V & 1) mc_A[35 * MC_W + l] = ncse_82;
-        if (V & 1) mc_A[36 * MC_W + l] = (((real)1.0) - (ncse_51 * (-ncse_77 - (ncse_21 * ncse_78))));
-        if (V & 1) mc_A[37 * MC_W + l] = ncse_85;
+        if (V & 1) mc_A[32 * MC_W + l] = ncse_61;
+        if (V & 1) mc_A[33 * MC_W + l] = ncse_68;
+        if (V & 1) mc_A[34 * MC_W + l] = ncse_74;
+        if (V & 1) mc_A[35 * MC_W + l] = ncse_81;
+        if (V & 1) mc_A[36 * MC_W + l] = (((real)1.0) - (ncse_50 * (-ncse_76 - (ncse_21 * ncse_77))));
+        if (V & 1) mc_A[37 * MC_W + l] = ncse_84;
         if (V & 1) mc_A[38 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[39 * MC_W + l] = (ncse_20 * ncse_84);
+        if (V & 1) mc_A[39 * MC_W + l] = (ncse_20 * ncse_83);
         if (V & 1) mc_B[4 * MC_W + l] = (-nt1_r_4);
-        if (V & 1) mc_A[40 * MC_W + l] = ncse_63;
-        if (V & 1) mc_A[41 * MC_W + l] = ncse_70;
-        if (V & 1) mc_A[42 * MC_W + l] = ncse_76;
-        if (V & 1) mc_A[43 * MC_W + l] = ncse_83;
-        if (V & 1) mc_A[44 * MC_W + l] = ncse_85;
-        if (V & 1) mc_A[45 * MC_W + l] = (((real)1.0) - (ncse_51 * (-ncse_77 - (ncse_24 * ncse_78))));
+        if (V & 1) mc_A[40 * MC_W + l] = ncse_62;
+        if (V & 1) mc_A[41 * MC_W + l] = ncse_69;
+        if (V & 1) mc_A[42 * MC_W + l] = ncse_75;
+        if (V & 1) mc_A[43 * MC_W + l] = ncse_82;
+        if (V & 1) mc_A[44 * MC_W + l] = ncse_84;
+        if (V & 1) mc_A[45 * MC_W + l] = (((real)1.0) - (ncse_50 * (-ncse_76 - (ncse_24 * ncse_77))));
         if (V & 1) mc_A[46 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[47 * MC_W + l] = (ncse_23 * ncse_84);
+        if (V & 1) mc_A[47 * MC_W + l] = (ncse_23 * ncse_83);
         if (V & 1) mc_B[5 * MC_W + l] = (-nt1_r_5);
         if (V & 1) mc_A[48 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[49 * MC_W + l] = ((real)0.0);
@@ -3053,15 +3156,15 @@ MC_INLINE void newton_1_iterate(
         if (V & 1) mc_A[52 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[53 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[54 * MC_W + l] = ((real)1.0);
-        if (V & 1) mc_A[55 * MC_W + l] = ncse_126;
+        if (V & 1) mc_A[55 * MC_W + l] = ncse_124;
         if (V & 1) mc_B[6 * MC_W + l] = (-nt1_r_6);
-        if (V & 1) mc_A[56 * MC_W + l] = (ncse_12 * ncse_90);
-        if (V & 1) mc_A[57 * MC_W + l] = (ncse_34 * ncse_90);
-        if (V & 1) mc_A[58 * MC_W + l] = (ncse_35 * ncse_90);
-        if (V & 1) mc_A[59 * MC_W + l] = (ncse_16 * ncse_91);
-        if (V & 1) mc_A[60 * MC_W + l] = (ncse_20 * ncse_91);
-        if (V & 1) mc_A[61 * MC_W + l] = (ncse_23 * ncse_91);
-        if (V & 1) mc_A[62 * MC_W + l] = (((real)0.816496580927726) * p_K * ncse_88);
+        if (V & 1) mc_A[56 * MC_W + l] = (ncse_12 * ncse_88);
+        if (V & 1) mc_A[57 * MC_W + l] = (ncse_34 * ncse_88);
+        if (V & 1) mc_A[58 * MC_W + l] = (ncse_35 * ncse_88);
+        if (V & 1) mc_A[59 * MC_W + l] = (ncse_16 * ncse_89);
+        if (V & 1) mc_A[60 * MC_W + l] = (ncse_20 * ncse_89);
+        if (V & 1) mc_A[61 * MC_W + l] = (ncse_23 * ncse_89);
+        if (V & 1) mc_A[62 * MC_W + l] = (((real)0.816496580927726) * p_K * ncse_86);
         if (V & 1) mc_A[63 * MC_W + l] = ((real)1.0);
         if (V & 1) mc_B[7 * MC_W + l] = (-nt1_r_7);
     }
@@ -3099,9 +3202,7 @@ static void newton_1(
     real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_ep,
     real *restrict v_state_internal_gamma_rate, int *restrict v_perzyna_iso_return_map_converged,
     int *restrict v_perzyna_iso_return_map_iterations,
-    real *restrict v_perzyna_iso_return_map_residual_norm, real *restrict v_nx_0,
-    real *restrict v_nx_1, real *restrict v_nx_2, real *restrict v_nx_3, real *restrict v_nx_4,
-    const mc_args *restrict a) {
+    real *restrict v_perzyna_iso_return_map_residual_norm, const mc_args *restrict a) {
     newton_1_iterate(
         v_p_E, v_p_K, v_p_eta, v_p_n, v_p_nu, v_p_sigma_y, v_forces_E_0, v_forces_E_1, v_forces_E_2,
         v_forces_E_3, v_forces_E_4, v_forces_E_5, v_forces_t, v_old_forces_t,
@@ -3111,7 +3212,7 @@ static void newton_1(
         v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4,
         v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_gamma_rate,
         v_perzyna_iso_return_map_converged, v_perzyna_iso_return_map_iterations,
-        v_perzyna_iso_return_map_residual_norm, v_nx_0, v_nx_1, v_nx_2, v_nx_3, v_nx_4, a, 2);
+        v_perzyna_iso_return_map_residual_norm, a, 2);
 }
 static void newton_1_lu(
     const real *restrict v_p_E, const real *restrict v_p_K, const real *restrict v_p_eta,
@@ -3131,9 +3232,7 @@ static void newton_1_lu(
     real *restrict v_state_internal_ep, real *restrict v_state_internal_gamma_rate,
     int *restrict v_perzyna_iso_return_map_converged,
     int *restrict v_perzyna_iso_return_map_iterations,
-    real *restrict v_perzyna_iso_return_map_residual_norm, real *restrict v_nx_0,
-    real *restrict v_nx_1, real *restrict v_nx_2, real *restrict v_nx_3, real *restrict v_nx_4,
-    const mc_args *restrict a) {
+    real *restrict v_perzyna_iso_return_map_residual_norm, const mc_args *restrict a) {
     newton_1_iterate(
         v_p_E, v_p_K, v_p_eta, v_p_n, v_p_nu, v_p_sigma_y, v_forces_E_0, v_forces_E_1, v_forces_E_2,
         v_forces_E_3, v_forces_E_4, v_forces_E_5, v_forces_t, v_old_forces_t,
@@ -3143,7 +3242,7 @@ static void newton_1_lu(
         v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4,
         v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_gamma_rate,
         v_perzyna_iso_return_map_converged, v_perzyna_iso_return_map_iterations,
-        v_perzyna_iso_return_map_residual_norm, v_nx_0, v_nx_1, v_nx_2, v_nx_3, v_nx_4, a, 1);
+        v_perzyna_iso_return_map_residual_norm, a, 1);
 }
 
 MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int nl, const int V) {
@@ -3205,18 +3304,21 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         v_state_internal_Ep_0[MC_W], v_state_internal_Ep_1[MC_W], v_state_internal_Ep_2[MC_W],
         v_state_internal_Ep_3[MC_W], v_state_internal_Ep_4[MC_W], v_state_internal_Ep_5[MC_W],
         v_state_internal_ep[MC_W], v_state_internal_gamma_rate[MC_W],
-        v_perzyna_iso_return_map_residual_norm[MC_W], v_nx_0[MC_W], v_nx_1[MC_W], v_nx_2[MC_W],
-        v_nx_3[MC_W], v_nx_4[MC_W], v_cse_0[MC_W], v_cse_1[MC_W], v_cse_2[MC_W], v_cse_3[MC_W],
-        v_cse_4[MC_W], v_cse_6[MC_W], v_cse_7[MC_W], v_cse_9[MC_W], v_cse_11[MC_W], v_cse_12[MC_W],
-        v_cse_13[MC_W], v_cse_14[MC_W], v_cse_15[MC_W], v_state_S_3[MC_W], v_cse_17[MC_W],
-        v_state_S_4[MC_W], v_cse_19[MC_W], v_state_S_5[MC_W], v_cse_21[MC_W], v_cse_22[MC_W],
-        v_cse_23[MC_W], v_cse_24[MC_W], v_cse_26[MC_W], v_cse_37[MC_W], v_cse_38[MC_W], v_cse_40[MC_W],
-        v_cse_42[MC_W], v_cse_47[MC_W], v_cse_48[MC_W], v_cse_52[MC_W], v_cse_54[MC_W], v_cse_55[MC_W],
-        v_cse_57[MC_W], v_cse_58[MC_W], v_cse_59[MC_W], v_cse_60[MC_W], v_cse_63[MC_W], v_cse_65[MC_W],
-        v_cse_68[MC_W], v_cse_70[MC_W], v_cse_73[MC_W], v_cse_80[MC_W], v_cse_87[MC_W], v_cse_88[MC_W],
-        v_cse_90[MC_W], v_cse_96[MC_W], v_cse_97[MC_W], v_cse_98[MC_W], v_cse_101[MC_W],
-        v_cse_102[MC_W], v_cse_103[MC_W], v_cse_107[MC_W], v_cse_108[MC_W], v_cse_110[MC_W],
-        v_cse_119[MC_W], v_cse_25[MC_W], v_cse_28[MC_W], v_cse_29[MC_W];
+        v_perzyna_iso_return_map_residual_norm[MC_W], v_cse_0[MC_W], v_cse_1[MC_W], v_cse_2[MC_W],
+        v_cse_4[MC_W], v_cse_5[MC_W], v_cse_7[MC_W], v_cse_8[MC_W], v_cse_10[MC_W], v_cse_11[MC_W],
+        v_cse_12[MC_W], v_cse_16[MC_W], v_state_S_3[MC_W], v_cse_18[MC_W], v_state_S_4[MC_W],
+        v_cse_20[MC_W], v_state_S_5[MC_W], v_cse_22[MC_W], v_cse_25[MC_W], v_cse_26[MC_W],
+        v_cse_43[MC_W], v_cse_80[MC_W], v_cse_108[MC_W], v_cse_109[MC_W], v_cse_112[MC_W],
+        v_cse_114[MC_W], v_cse_123[MC_W], v_cse_126[MC_W], v_cse_127[MC_W], v_cse_128[MC_W],
+        v_cse_129[MC_W], v_cse_132[MC_W], v_cse_134[MC_W], v_cse_138[MC_W], v_cse_140[MC_W],
+        v_cse_142[MC_W], v_cse_143[MC_W], v_cse_145[MC_W], v_cse_151[MC_W], v_cse_153[MC_W],
+        v_cse_155[MC_W], v_cse_157[MC_W], v_cse_162[MC_W], v_cse_164[MC_W], v_cse_170[MC_W],
+        v_cse_171[MC_W], v_cse_173[MC_W], v_cse_174[MC_W], v_cse_175[MC_W], v_cse_181[MC_W],
+        v_cse_183[MC_W], v_cse_185[MC_W], v_cse_189[MC_W], v_cse_190[MC_W], v_cse_192[MC_W],
+        v_cse_193[MC_W], v_cse_194[MC_W], v_cse_195[MC_W], v_cse_196[MC_W], v_cse_199[MC_W],
+        v_cse_201[MC_W], v_cse_203[MC_W], v_cse_208[MC_W], v_cse_75[MC_W], v_cse_77[MC_W],
+        v_cse_78[MC_W], v_cse_82[MC_W], v_cse_84[MC_W], v_cse_86[MC_W], v_cse_88[MC_W], v_cse_91[MC_W],
+        v_cse_92[MC_W], v_cse_93[MC_W], v_cse_94[MC_W], v_cse_95[MC_W];
     int v_perzyna_iso_return_map_converged[MC_W], v_perzyna_iso_return_map_iterations[MC_W];
     newton_1(
         (v_p + 0 * MC_W), (v_p + 2 * MC_W), (v_p + 4 * MC_W), (v_p + 5 * MC_W), (v_p + 1 * MC_W),
@@ -3226,8 +3328,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         (v_x4 + 0 * MC_W), (v_x5 + 0 * MC_W), v_state_internal_Ep_0, v_state_internal_Ep_1,
         v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4, v_state_internal_Ep_5,
         v_state_internal_ep, v_state_internal_gamma_rate, v_perzyna_iso_return_map_converged,
-        v_perzyna_iso_return_map_iterations, v_perzyna_iso_return_map_residual_norm, v_nx_0, v_nx_1,
-        v_nx_2, v_nx_3, v_nx_4, a);
+        v_perzyna_iso_return_map_iterations, v_perzyna_iso_return_map_residual_norm, a);
     {  /* lanes whose unrolled Newton failed: again with the LU's partial pivoting */
         int mc_redo[MC_W], mc_fail = 0;
         MC_LANES { mc_redo[l] = v_perzyna_iso_return_map_converged[l] == 0; mc_fail |= mc_redo[l]; }
@@ -3239,8 +3340,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             (v_x4 + 0 * MC_W), (v_x5 + 0 * MC_W), mc_redo, v_state_internal_Ep_0, v_state_internal_Ep_1,
             v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4, v_state_internal_Ep_5,
             v_state_internal_ep, v_state_internal_gamma_rate, v_perzyna_iso_return_map_converged,
-            v_perzyna_iso_return_map_iterations, v_perzyna_iso_return_map_residual_norm, v_nx_0, v_nx_1,
-            v_nx_2, v_nx_3, v_nx_4, a);
+            v_perzyna_iso_return_map_iterations, v_perzyna_iso_return_map_residual_norm, a);
     }
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
@@ -3258,188 +3358,200 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real state_internal_Ep_4 = v_state_internal_Ep_4[l];
         const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
         const real state_internal_Ep_5 = v_state_internal_Ep_5[l];
-        const real nx_0 = v_nx_0[l];
         const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
-        const real nx_1 = v_nx_1[l];
         const real forces_t = (v_x1 + 0 * MC_W)[l];
         const real old_forces_t = (v_x2 + 0 * MC_W)[l];
         const real p_eta = MC_P(4, (v_p + 4 * MC_W)[l]);
-        const real p_n = MC_P(5, (v_p + 5 * MC_W)[l]);
-        const real nx_2 = v_nx_2[l];
         const real p_K = MC_P(2, (v_p + 2 * MC_W)[l]);
         const real p_sigma_y = MC_P(3, (v_p + 3 * MC_W)[l]);
         const real state_internal_ep = v_state_internal_ep[l];
+        const real p_n = MC_P(5, (v_p + 5 * MC_W)[l]);
         const real cse_0 = (forces_E_0 - state_internal_Ep_0);
         const real cse_1 = (forces_E_1 - state_internal_Ep_1);
         const real cse_2 = (forces_E_2 - state_internal_Ep_2);
-        const real cse_3 = (cse_0 + cse_1 + cse_2);
-        const real cse_4 = (((real)2.0) * p_nu);
-        const real cse_5 = (((real)1.0) - cse_4);
-        const real cse_6 = (((real)1.0) / cse_5);
-        const real cse_7 = (p_nu * cse_6);
-        const real cse_8 = (cse_3 * cse_7);
-        const real cse_9 = (cse_0 + cse_8);
-        const real cse_10 = (((real)1.0) + p_nu);
-        const real cse_11 = (((real)1.0) / cse_10);
-        const real cse_12 = (p_E * cse_11);
-        const real cse_13 = (cse_1 + cse_8);
-        const real cse_14 = (cse_2 + cse_8);
-        const real cse_15 = (forces_E_3 - state_internal_Ep_3);
-        const real state_S_3 = (cse_12 * cse_15);
+        const real cse_3 = (((real)1.0) + p_nu);
+        const real cse_4 = (((real)1.0) / cse_3);
+        const real cse_5 = (p_E * cse_4);
+        const real cse_6 = (cse_0 * cse_5);
+        const real cse_7 = (cse_0 + cse_1 + cse_2);
+        const real cse_8 = (((real)2.0) * p_nu);
+        const real cse_9 = (((real)1.0) - cse_8);
+        const real cse_10 = (((real)1.0) / cse_9);
+        const real cse_11 = (p_nu * cse_10);
+        const real cse_12 = (cse_11 * cse_5);
+        const real cse_13 = (cse_12 * cse_7);
+        const real cse_14 = (cse_1 * cse_5);
+        const real cse_15 = (cse_2 * cse_5);
+        const real cse_16 = (forces_E_3 - state_internal_Ep_3);
+        const real state_S_3 = (cse_16 * cse_5);
         o_y[11 * MC_W + l] = perzyna_iso_return_map_converged ? state_S_3 : MC_NAN;
-        const real cse_17 = (forces_E_4 - state_internal_Ep_4);
-        const real state_S_4 = (cse_12 * cse_17);
+        const real cse_18 = (forces_E_4 - state_internal_Ep_4);
+        const real state_S_4 = (cse_18 * cse_5);
         o_y[12 * MC_W + l] = perzyna_iso_return_map_converged ? state_S_4 : MC_NAN;
-        const real cse_19 = (forces_E_5 - state_internal_Ep_5);
-        const real state_S_5 = (cse_12 * cse_19);
+        const real cse_20 = (forces_E_5 - state_internal_Ep_5);
+        const real state_S_5 = (cse_20 * cse_5);
         o_y[13 * MC_W + l] = perzyna_iso_return_map_converged ? state_S_5 : MC_NAN;
-        const real state_S_0 = (cse_12 * cse_9);
+        const real state_S_0 = (cse_13 + cse_6);
         o_y[8 * MC_W + l] = perzyna_iso_return_map_converged ? state_S_0 : MC_NAN;
-        const real state_S_1 = (cse_12 * cse_13);
+        const real state_S_1 = (cse_13 + cse_14);
         o_y[9 * MC_W + l] = perzyna_iso_return_map_converged ? state_S_1 : MC_NAN;
-        const real state_S_2 = (cse_12 * cse_14);
+        const real state_S_2 = (cse_13 + cse_15);
         o_y[10 * MC_W + l] = perzyna_iso_return_map_converged ? state_S_2 : MC_NAN;
-        const real cse_21 = (cse_12 * cse_7);
-        const real cse_22 = (((real)1.0) + cse_7);
-        const real cse_23 = (-cse_22);
-        const real cse_24 = (-cse_12);
-        const real cse_26 = (cse_11 * cse_11);
-        const real cse_30 = (state_internal_gamma_rate == 0 ? ((real)0.0) : nx_0);
-        const real cse_31 = (-((real)0.6666666666666666) * cse_30);
-        const real cse_32 = mc_sdiv(((real)1.0), (((real)2.0) * nx_1));
-        const real cse_33 = (state_internal_gamma_rate == 0 ? ((real)0.0) : cse_32);
-        const real cse_34 = (state_internal_gamma_rate == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (nx_1 * nx_1)));
-        const real cse_35 = (((real)0.6666666666666666) * cse_1);
-        const real cse_36 = (((real)0.6666666666666666) * cse_2);
-        const real cse_37 = (-cse_35 - cse_36 + (((real)1.3333333333333333) * cse_0));
-        const real cse_38 = (p_E * p_E);
-        const real cse_39 = (cse_26 * cse_38);
-        const real cse_40 = (-cse_31 - (((real)0.5) * cse_33 * cse_34 * cse_39 * (cse_37 * cse_37)));
-        const real cse_41 = (old_forces_t - forces_t);
-        const real cse_42 = (cse_41 * state_internal_gamma_rate);
-        const real cse_43 = (cse_12 * cse_42);
-        const real cse_44 = (cse_40 * cse_43);
-        const real cse_45 = (((real)0.3333333333333333) * cse_30);
-        const real cse_46 = (((real)0.6666666666666666) * cse_0);
-        const real cse_47 = (-cse_36 - cse_46 + (((real)1.3333333333333333) * cse_1));
-        const real cse_48 = (cse_33 * cse_34);
-        const real cse_49 = (((real)0.5) * cse_48);
-        const real cse_50 = (cse_37 * cse_39);
-        const real cse_51 = (cse_49 * cse_50);
-        const real cse_52 = (-cse_45 - (cse_47 * cse_51));
-        const real cse_53 = (-cse_43 * cse_52);
-        const real cse_54 = (-cse_35 - cse_46 + (((real)1.3333333333333333) * cse_2));
-        const real cse_55 = (-cse_45 - (cse_51 * cse_54));
-        const real cse_56 = (-cse_43 * cse_55);
-        const real cse_57 = (cse_15 * cse_42);
-        const real cse_58 = (cse_11 * cse_11 * cse_11);
-        const real cse_59 = (cse_48 * (p_E * p_E * p_E));
-        const real cse_60 = (cse_37 * cse_59);
-        const real cse_61 = (cse_58 * cse_60);
-        const real cse_62 = (cse_57 * cse_61);
-        const real cse_63 = (cse_17 * cse_42);
-        const real cse_64 = (cse_61 * cse_63);
-        const real cse_65 = (cse_19 * cse_42);
-        const real cse_66 = (cse_61 * cse_65);
-        const real cse_67 = (cse_41 * nx_0);
-        const real cse_68 = (((real)0.5) * cse_12);
-        const real cse_69 = (cse_67 * cse_68);
-        const real cse_70 = (-cse_31 - (((real)0.5) * cse_33 * cse_34 * cse_39 * (cse_47 * cse_47)));
-        const real cse_71 = (cse_43 * cse_70);
-        const real cse_72 = (cse_39 * cse_47);
-        const real cse_73 = (-cse_45 - (cse_49 * cse_54 * cse_72));
-        const real cse_74 = (-cse_43 * cse_73);
-        const real cse_75 = (cse_58 * cse_59);
-        const real cse_76 = (cse_47 * cse_75);
-        const real cse_77 = (cse_57 * cse_76);
-        const real cse_78 = (cse_63 * cse_76);
-        const real cse_79 = (cse_65 * cse_76);
-        const real cse_80 = (-cse_31 - (((real)0.5) * cse_33 * cse_34 * cse_39 * (cse_54 * cse_54)));
-        const real cse_81 = (cse_43 * cse_80);
-        const real cse_82 = (cse_54 * cse_75);
-        const real cse_83 = (cse_57 * cse_82);
-        const real cse_84 = (cse_63 * cse_82);
-        const real cse_85 = (cse_65 * cse_82);
-        const real cse_86 = (-cse_30);
-        const real cse_87 = (cse_15 * cse_15);
-        const real cse_88 = (((real)2.0) * cse_87);
-        const real cse_89 = (cse_39 * cse_48);
-        const real cse_90 = (-cse_86 - (cse_88 * cse_89));
-        const real cse_91 = (cse_43 * cse_90);
-        const real cse_92 = (((real)2.0) * cse_75);
-        const real cse_93 = (cse_57 * cse_92);
-        const real cse_94 = (cse_17 * cse_93);
-        const real cse_95 = (cse_19 * cse_93);
-        const real cse_96 = (cse_17 * cse_17);
-        const real cse_97 = (((real)2.0) * cse_96);
-        const real cse_98 = (-cse_86 - (cse_89 * cse_97));
-        const real cse_99 = (cse_43 * cse_98);
-        const real cse_100 = (cse_19 * cse_63 * cse_92);
-        const real cse_101 = (cse_19 * cse_19);
-        const real cse_102 = (((real)2.0) * cse_101);
-        const real cse_103 = (-cse_86 - (cse_102 * cse_89));
-        const real cse_104 = (cse_103 * cse_43);
-        const real cse_107 = (((real)1.0) / p_eta);
-        const real cse_108 = (p_n * nx_2);
-        const real cse_109 = (cse_107 * cse_108 * ((((real)0.816496580927726) * (-p_sigma_y + (((real)1.224744871391589) * nx_1) - (p_K * state_internal_ep))) > 0 ? 1 : 0));
-        const real cse_110 = (cse_109 * cse_32);
-        const real cse_111 = (cse_110 * cse_50);
-        const real cse_112 = (cse_110 * cse_72);
-        const real cse_113 = (cse_110 * cse_39);
-        const real cse_114 = (cse_113 * cse_54);
-        const real cse_115 = (((real)2.0) * cse_113);
-        const real cse_116 = (cse_115 * cse_15);
-        const real cse_117 = (cse_115 * cse_17);
-        const real cse_118 = (cse_115 * cse_19);
-        const real cse_119 = (((real)0.816496580927726) * cse_109);
-        if (V & 14) mc_ls1_A[0 * MC_W + l] = (((real)1.0) - cse_44);
-        if (V & 14) mc_ls1_A[1 * MC_W + l] = cse_53;
-        if (V & 14) mc_ls1_A[2 * MC_W + l] = cse_56;
-        if (V & 14) mc_ls1_A[3 * MC_W + l] = cse_62;
-        if (V & 14) mc_ls1_A[4 * MC_W + l] = cse_64;
-        if (V & 14) mc_ls1_A[5 * MC_W + l] = cse_66;
+        const real cse_22 = (-cse_12);
+        const real cse_25 = (cse_12 + cse_5);
+        const real cse_26 = (-cse_25);
+        const real cse_43 = (-cse_5);
+        const real cse_80 = (cse_4 * cse_4);
+        const real cse_108 = (cse_16 * cse_16);
+        const real cse_109 = (p_E * p_E);
+        const real cse_110 = (cse_109 * cse_80);
+        const real cse_111 = (cse_108 * cse_110);
+        const real cse_112 = (cse_18 * cse_18);
+        const real cse_113 = (cse_110 * cse_112);
+        const real cse_114 = (cse_20 * cse_20);
+        const real cse_115 = (cse_110 * cse_114);
+        const real cse_116 = (((real)0.3333333333333333) * cse_6);
+        const real cse_117 = (((real)0.3333333333333333) * cse_14);
+        const real cse_118 = (((real)0.6666666666666666) * cse_15);
+        const real cse_119 = (((real)0.6666666666666666) * cse_14);
+        const real cse_120 = (((real)0.3333333333333333) * cse_15);
+        const real cse_121 = (((real)0.6666666666666666) * cse_6);
+        const real cse_245 = (cse_118 - cse_116 - cse_117);
+        const real cse_246 = (cse_119 - cse_116 - cse_120);
+        const real cse_247 = (cse_121 - cse_117 - cse_120);
+        const real cse_122 = sqrt(mc_pos((cse_111 + cse_113 + cse_115 + (cse_245 * cse_245) + (cse_246 * cse_246) + (cse_247 * cse_247))));
+        const real cse_123 = mc_sdiv(((real)1.0), cse_122);
+        const real cse_124 = (state_internal_gamma_rate == 0 ? ((real)0.0) : cse_123);
+        const real cse_125 = (-((real)0.6666666666666666) * cse_124);
+        const real cse_126 = (-cse_118 - cse_119 + (((real)1.3333333333333333) * p_E * cse_0 * cse_4));
+        const real cse_127 = (state_internal_gamma_rate == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (cse_122 * cse_122)));
+        const real cse_128 = mc_sdiv(((real)1.0), (((real)2.0) * cse_122));
+        const real cse_129 = (state_internal_gamma_rate == 0 ? ((real)0.0) : cse_128);
+        const real cse_130 = (cse_127 * cse_129);
+        const real cse_131 = (((real)0.5) * cse_130);
+        const real cse_132 = (-cse_125 - (cse_131 * (cse_126 * cse_126)));
+        const real cse_133 = (old_forces_t - forces_t);
+        const real cse_134 = (cse_133 * state_internal_gamma_rate);
+        const real cse_135 = (cse_134 * cse_5);
+        const real cse_136 = (cse_132 * cse_135);
+        const real cse_137 = (((real)0.3333333333333333) * cse_124);
+        const real cse_138 = (-cse_118 - cse_121 + (((real)1.3333333333333333) * p_E * cse_1 * cse_4));
+        const real cse_139 = (cse_126 * cse_131);
+        const real cse_140 = (-cse_137 - (cse_138 * cse_139));
+        const real cse_141 = (-cse_135 * cse_140);
+        const real cse_142 = (-cse_119 - cse_121 + (((real)1.3333333333333333) * p_E * cse_2 * cse_4));
+        const real cse_143 = (-cse_137 - (cse_139 * cse_142));
+        const real cse_144 = (-cse_135 * cse_143);
+        const real cse_145 = (cse_126 * cse_130);
+        const real cse_146 = (cse_110 * cse_134);
+        const real cse_147 = (cse_145 * cse_146);
+        const real cse_148 = (cse_147 * cse_16);
+        const real cse_149 = (cse_147 * cse_18);
+        const real cse_150 = (cse_147 * cse_20);
+        const real cse_151 = (((real)0.5) * cse_123);
+        const real cse_152 = (cse_133 * cse_151);
+        const real cse_153 = (-cse_125 - (cse_131 * (cse_138 * cse_138)));
+        const real cse_154 = (cse_135 * cse_153);
+        const real cse_155 = (-cse_137 - (cse_131 * cse_138 * cse_142));
+        const real cse_156 = (-cse_135 * cse_155);
+        const real cse_157 = (cse_130 * cse_138);
+        const real cse_158 = (cse_146 * cse_157);
+        const real cse_159 = (cse_158 * cse_16);
+        const real cse_160 = (cse_158 * cse_18);
+        const real cse_161 = (cse_158 * cse_20);
+        const real cse_162 = (-cse_125 - (cse_131 * (cse_142 * cse_142)));
+        const real cse_163 = (cse_135 * cse_162);
+        const real cse_164 = (cse_130 * cse_142);
+        const real cse_165 = (cse_146 * cse_164);
+        const real cse_166 = (cse_16 * cse_165);
+        const real cse_167 = (cse_165 * cse_18);
+        const real cse_168 = (cse_165 * cse_20);
+        const real cse_169 = (-cse_124);
+        const real cse_170 = (((real)2.0) * cse_130);
+        const real cse_171 = (-cse_169 - (cse_111 * cse_170));
+        const real cse_172 = (cse_135 * cse_171);
+        const real cse_173 = (cse_16 * cse_170);
+        const real cse_174 = (cse_4 * cse_4 * cse_4);
+        const real cse_175 = (p_E * p_E * p_E);
+        const real cse_176 = (cse_134 * cse_174 * cse_175);
+        const real cse_177 = (cse_173 * cse_176);
+        const real cse_178 = (cse_177 * cse_18);
+        const real cse_179 = (cse_177 * cse_20);
+        const real cse_180 = (cse_123 * cse_133);
+        const real cse_181 = (-cse_169 - (cse_113 * cse_170));
+        const real cse_182 = (cse_135 * cse_181);
+        const real cse_183 = (cse_170 * cse_18);
+        const real cse_184 = (cse_176 * cse_183 * cse_20);
+        const real cse_185 = (-cse_169 - (cse_115 * cse_170));
+        const real cse_186 = (cse_135 * cse_185);
+        const real cse_189 = (cse_126 * cse_128);
+        const real cse_190 = (((real)1.0) / p_eta);
+        const real cse_191 = (((real)0.816496580927726) * (-p_sigma_y + (((real)1.224744871391589) * cse_122) - (p_K * state_internal_ep)));
+        const real cse_192 = mc_pos(cse_191);
+        const real cse_193 = (cse_190 * cse_192);
+        const real cse_194 = mc_pow(cse_193, p_n);
+        const real cse_195 = (p_n * mc_powr_shift(cse_194, cse_193, (-((real)1.0) + p_n)));
+        const real cse_196 = (cse_190 * cse_195 * (cse_191 > 0 ? 1 : 0));
+        const real cse_197 = (cse_196 * cse_5);
+        const real cse_198 = (cse_189 * cse_197);
+        const real cse_199 = (cse_128 * cse_138);
+        const real cse_200 = (cse_197 * cse_199);
+        const real cse_201 = (cse_128 * cse_142);
+        const real cse_202 = (cse_197 * cse_201);
+        const real cse_203 = (((real)2.0) * cse_128);
+        const real cse_204 = (cse_110 * cse_196 * cse_203);
+        const real cse_205 = (cse_16 * cse_204);
+        const real cse_206 = (cse_18 * cse_204);
+        const real cse_207 = (cse_20 * cse_204);
+        const real cse_208 = (((real)0.816496580927726) * cse_196);
+        if (V & 14) mc_ls1_A[0 * MC_W + l] = (((real)1.0) - cse_136);
+        if (V & 14) mc_ls1_A[1 * MC_W + l] = cse_141;
+        if (V & 14) mc_ls1_A[2 * MC_W + l] = cse_144;
+        if (V & 14) mc_ls1_A[3 * MC_W + l] = cse_148;
+        if (V & 14) mc_ls1_A[4 * MC_W + l] = cse_149;
+        if (V & 14) mc_ls1_A[5 * MC_W + l] = cse_150;
         if (V & 14) mc_ls1_A[6 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[7 * MC_W + l] = (cse_37 * cse_69);
-        if (V & 14) mc_ls1_A[8 * MC_W + l] = cse_53;
-        if (V & 14) mc_ls1_A[9 * MC_W + l] = (((real)1.0) - cse_71);
-        if (V & 14) mc_ls1_A[10 * MC_W + l] = cse_74;
-        if (V & 14) mc_ls1_A[11 * MC_W + l] = cse_77;
-        if (V & 14) mc_ls1_A[12 * MC_W + l] = cse_78;
-        if (V & 14) mc_ls1_A[13 * MC_W + l] = cse_79;
+        if (V & 14) mc_ls1_A[7 * MC_W + l] = (cse_126 * cse_152);
+        if (V & 14) mc_ls1_A[8 * MC_W + l] = cse_141;
+        if (V & 14) mc_ls1_A[9 * MC_W + l] = (((real)1.0) - cse_154);
+        if (V & 14) mc_ls1_A[10 * MC_W + l] = cse_156;
+        if (V & 14) mc_ls1_A[11 * MC_W + l] = cse_159;
+        if (V & 14) mc_ls1_A[12 * MC_W + l] = cse_160;
+        if (V & 14) mc_ls1_A[13 * MC_W + l] = cse_161;
         if (V & 14) mc_ls1_A[14 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[15 * MC_W + l] = (cse_47 * cse_69);
-        if (V & 14) mc_ls1_A[16 * MC_W + l] = cse_56;
-        if (V & 14) mc_ls1_A[17 * MC_W + l] = cse_74;
-        if (V & 14) mc_ls1_A[18 * MC_W + l] = (((real)1.0) - cse_81);
-        if (V & 14) mc_ls1_A[19 * MC_W + l] = cse_83;
-        if (V & 14) mc_ls1_A[20 * MC_W + l] = cse_84;
-        if (V & 14) mc_ls1_A[21 * MC_W + l] = cse_85;
+        if (V & 14) mc_ls1_A[15 * MC_W + l] = (cse_138 * cse_152);
+        if (V & 14) mc_ls1_A[16 * MC_W + l] = cse_144;
+        if (V & 14) mc_ls1_A[17 * MC_W + l] = cse_156;
+        if (V & 14) mc_ls1_A[18 * MC_W + l] = (((real)1.0) - cse_163);
+        if (V & 14) mc_ls1_A[19 * MC_W + l] = cse_166;
+        if (V & 14) mc_ls1_A[20 * MC_W + l] = cse_167;
+        if (V & 14) mc_ls1_A[21 * MC_W + l] = cse_168;
         if (V & 14) mc_ls1_A[22 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[23 * MC_W + l] = (cse_54 * cse_69);
-        if (V & 14) mc_ls1_A[24 * MC_W + l] = cse_62;
-        if (V & 14) mc_ls1_A[25 * MC_W + l] = cse_77;
-        if (V & 14) mc_ls1_A[26 * MC_W + l] = cse_83;
-        if (V & 14) mc_ls1_A[27 * MC_W + l] = (((real)1.0) - cse_91);
-        if (V & 14) mc_ls1_A[28 * MC_W + l] = cse_94;
-        if (V & 14) mc_ls1_A[29 * MC_W + l] = cse_95;
+        if (V & 14) mc_ls1_A[23 * MC_W + l] = (cse_142 * cse_152);
+        if (V & 14) mc_ls1_A[24 * MC_W + l] = cse_148;
+        if (V & 14) mc_ls1_A[25 * MC_W + l] = cse_159;
+        if (V & 14) mc_ls1_A[26 * MC_W + l] = cse_166;
+        if (V & 14) mc_ls1_A[27 * MC_W + l] = (((real)1.0) - cse_172);
+        if (V & 14) mc_ls1_A[28 * MC_W + l] = cse_178;
+        if (V & 14) mc_ls1_A[29 * MC_W + l] = cse_179;
         if (V & 14) mc_ls1_A[30 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[31 * MC_W + l] = (cse_67 * state_S_3);
-        if (V & 14) mc_ls1_A[32 * MC_W + l] = cse_64;
-        if (V & 14) mc_ls1_A[33 * MC_W + l] = cse_78;
-        if (V & 14) mc_ls1_A[34 * MC_W + l] = cse_84;
-        if (V & 14) mc_ls1_A[35 * MC_W + l] = cse_94;
-        if (V & 14) mc_ls1_A[36 * MC_W + l] = (((real)1.0) - cse_99);
-        if (V & 14) mc_ls1_A[37 * MC_W + l] = cse_100;
+        if (V & 14) mc_ls1_A[31 * MC_W + l] = (cse_180 * state_S_3);
+        if (V & 14) mc_ls1_A[32 * MC_W + l] = cse_149;
+        if (V & 14) mc_ls1_A[33 * MC_W + l] = cse_160;
+        if (V & 14) mc_ls1_A[34 * MC_W + l] = cse_167;
+        if (V & 14) mc_ls1_A[35 * MC_W + l] = cse_178;
+        if (V & 14) mc_ls1_A[36 * MC_W + l] = (((real)1.0) - cse_182);
+        if (V & 14) mc_ls1_A[37 * MC_W + l] = cse_184;
         if (V & 14) mc_ls1_A[38 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[39 * MC_W + l] = (cse_67 * state_S_4);
-        if (V & 14) mc_ls1_A[40 * MC_W + l] = cse_66;
-        if (V & 14) mc_ls1_A[41 * MC_W + l] = cse_79;
-        if (V & 14) mc_ls1_A[42 * MC_W + l] = cse_85;
-        if (V & 14) mc_ls1_A[43 * MC_W + l] = cse_95;
-        if (V & 14) mc_ls1_A[44 * MC_W + l] = cse_100;
-        if (V & 14) mc_ls1_A[45 * MC_W + l] = (((real)1.0) - cse_104);
+        if (V & 14) mc_ls1_A[39 * MC_W + l] = (cse_180 * state_S_4);
+        if (V & 14) mc_ls1_A[40 * MC_W + l] = cse_150;
+        if (V & 14) mc_ls1_A[41 * MC_W + l] = cse_161;
+        if (V & 14) mc_ls1_A[42 * MC_W + l] = cse_168;
+        if (V & 14) mc_ls1_A[43 * MC_W + l] = cse_179;
+        if (V & 14) mc_ls1_A[44 * MC_W + l] = cse_184;
+        if (V & 14) mc_ls1_A[45 * MC_W + l] = (((real)1.0) - cse_186);
         if (V & 14) mc_ls1_A[46 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[47 * MC_W + l] = (cse_67 * state_S_5);
+        if (V & 14) mc_ls1_A[47 * MC_W + l] = (cse_180 * state_S_5);
         if (V & 14) mc_ls1_A[48 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[49 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[50 * MC_W + l] = ((real)0.0);
@@ -3447,152 +3559,157 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) mc_ls1_A[52 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[53 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[54 * MC_W + l] = ((real)1.0);
-        if (V & 14) mc_ls1_A[55 * MC_W + l] = (((real)0.816496580927726) * cse_41);
-        if (V & 14) mc_ls1_A[56 * MC_W + l] = cse_111;
-        if (V & 14) mc_ls1_A[57 * MC_W + l] = cse_112;
-        if (V & 14) mc_ls1_A[58 * MC_W + l] = cse_114;
-        if (V & 14) mc_ls1_A[59 * MC_W + l] = cse_116;
-        if (V & 14) mc_ls1_A[60 * MC_W + l] = cse_117;
-        if (V & 14) mc_ls1_A[61 * MC_W + l] = cse_118;
-        if (V & 14) mc_ls1_A[62 * MC_W + l] = (p_K * cse_119);
+        if (V & 14) mc_ls1_A[55 * MC_W + l] = (((real)0.816496580927726) * cse_133);
+        if (V & 14) mc_ls1_A[56 * MC_W + l] = cse_198;
+        if (V & 14) mc_ls1_A[57 * MC_W + l] = cse_200;
+        if (V & 14) mc_ls1_A[58 * MC_W + l] = cse_202;
+        if (V & 14) mc_ls1_A[59 * MC_W + l] = cse_205;
+        if (V & 14) mc_ls1_A[60 * MC_W + l] = cse_206;
+        if (V & 14) mc_ls1_A[61 * MC_W + l] = cse_207;
+        if (V & 14) mc_ls1_A[62 * MC_W + l] = (p_K * cse_208);
         if (V & 14) mc_ls1_A[63 * MC_W + l] = ((real)1.0);
-        if (V & 14) mc_ls1_B[0 * MC_W + l] = (-cse_44);
-        if (V & 14) mc_ls1_B[1 * MC_W + l] = cse_53;
-        if (V & 14) mc_ls1_B[2 * MC_W + l] = cse_56;
-        if (V & 14) mc_ls1_B[3 * MC_W + l] = cse_62;
-        if (V & 14) mc_ls1_B[4 * MC_W + l] = cse_64;
-        if (V & 14) mc_ls1_B[5 * MC_W + l] = cse_66;
-        if (V & 14) mc_ls1_B[6 * MC_W + l] = cse_53;
-        if (V & 14) mc_ls1_B[7 * MC_W + l] = (-cse_71);
-        if (V & 14) mc_ls1_B[8 * MC_W + l] = cse_74;
-        if (V & 14) mc_ls1_B[9 * MC_W + l] = cse_77;
-        if (V & 14) mc_ls1_B[10 * MC_W + l] = cse_78;
-        if (V & 14) mc_ls1_B[11 * MC_W + l] = cse_79;
-        if (V & 14) mc_ls1_B[12 * MC_W + l] = cse_56;
-        if (V & 14) mc_ls1_B[13 * MC_W + l] = cse_74;
-        if (V & 14) mc_ls1_B[14 * MC_W + l] = (-cse_81);
-        if (V & 14) mc_ls1_B[15 * MC_W + l] = cse_83;
-        if (V & 14) mc_ls1_B[16 * MC_W + l] = cse_84;
-        if (V & 14) mc_ls1_B[17 * MC_W + l] = cse_85;
-        if (V & 14) mc_ls1_B[18 * MC_W + l] = cse_62;
-        if (V & 14) mc_ls1_B[19 * MC_W + l] = cse_77;
-        if (V & 14) mc_ls1_B[20 * MC_W + l] = cse_83;
-        if (V & 14) mc_ls1_B[21 * MC_W + l] = (-cse_91);
-        if (V & 14) mc_ls1_B[22 * MC_W + l] = cse_94;
-        if (V & 14) mc_ls1_B[23 * MC_W + l] = cse_95;
-        if (V & 14) mc_ls1_B[24 * MC_W + l] = cse_64;
-        if (V & 14) mc_ls1_B[25 * MC_W + l] = cse_78;
-        if (V & 14) mc_ls1_B[26 * MC_W + l] = cse_84;
-        if (V & 14) mc_ls1_B[27 * MC_W + l] = cse_94;
-        if (V & 14) mc_ls1_B[28 * MC_W + l] = (-cse_99);
-        if (V & 14) mc_ls1_B[29 * MC_W + l] = cse_100;
-        if (V & 14) mc_ls1_B[30 * MC_W + l] = cse_66;
-        if (V & 14) mc_ls1_B[31 * MC_W + l] = cse_79;
-        if (V & 14) mc_ls1_B[32 * MC_W + l] = cse_85;
-        if (V & 14) mc_ls1_B[33 * MC_W + l] = cse_95;
-        if (V & 14) mc_ls1_B[34 * MC_W + l] = cse_100;
-        if (V & 14) mc_ls1_B[35 * MC_W + l] = (-cse_104);
+        if (V & 14) mc_ls1_B[0 * MC_W + l] = (-cse_136);
+        if (V & 14) mc_ls1_B[1 * MC_W + l] = cse_141;
+        if (V & 14) mc_ls1_B[2 * MC_W + l] = cse_144;
+        if (V & 14) mc_ls1_B[3 * MC_W + l] = cse_148;
+        if (V & 14) mc_ls1_B[4 * MC_W + l] = cse_149;
+        if (V & 14) mc_ls1_B[5 * MC_W + l] = cse_150;
+        if (V & 14) mc_ls1_B[6 * MC_W + l] = cse_141;
+        if (V & 14) mc_ls1_B[7 * MC_W + l] = (-cse_154);
+        if (V & 14) mc_ls1_B[8 * MC_W + l] = cse_156;
+        if (V & 14) mc_ls1_B[9 * MC_W + l] = cse_159;
+        if (V & 14) mc_ls1_B[10 * MC_W + l] = cse_160;
+        if (V & 14) mc_ls1_B[11 * MC_W + l] = cse_161;
+        if (V & 14) mc_ls1_B[12 * MC_W + l] = cse_144;
+        if (V & 14) mc_ls1_B[13 * MC_W + l] = cse_156;
+        if (V & 14) mc_ls1_B[14 * MC_W + l] = (-cse_163);
+        if (V & 14) mc_ls1_B[15 * MC_W + l] = cse_166;
+        if (V & 14) mc_ls1_B[16 * MC_W + l] = cse_167;
+        if (V & 14) mc_ls1_B[17 * MC_W + l] = cse_168;
+        if (V & 14) mc_ls1_B[18 * MC_W + l] = cse_148;
+        if (V & 14) mc_ls1_B[19 * MC_W + l] = cse_159;
+        if (V & 14) mc_ls1_B[20 * MC_W + l] = cse_166;
+        if (V & 14) mc_ls1_B[21 * MC_W + l] = (-cse_172);
+        if (V & 14) mc_ls1_B[22 * MC_W + l] = cse_178;
+        if (V & 14) mc_ls1_B[23 * MC_W + l] = cse_179;
+        if (V & 14) mc_ls1_B[24 * MC_W + l] = cse_149;
+        if (V & 14) mc_ls1_B[25 * MC_W + l] = cse_160;
+        if (V & 14) mc_ls1_B[26 * MC_W + l] = cse_167;
+        if (V & 14) mc_ls1_B[27 * MC_W + l] = cse_178;
+        if (V & 14) mc_ls1_B[28 * MC_W + l] = (-cse_182);
+        if (V & 14) mc_ls1_B[29 * MC_W + l] = cse_184;
+        if (V & 14) mc_ls1_B[30 * MC_W + l] = cse_150;
+        if (V & 14) mc_ls1_B[31 * MC_W + l] = cse_161;
+        if (V & 14) mc_ls1_B[32 * MC_W + l] = cse_168;
+        if (V & 14) mc_ls1_B[33 * MC_W + l] = cse_179;
+        if (V & 14) mc_ls1_B[34 * MC_W + l] = cse_184;
+        if (V & 14) mc_ls1_B[35 * MC_W + l] = (-cse_186);
         if (V & 14) mc_ls1_B[36 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[37 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[38 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[39 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[40 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[41 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_B[42 * MC_W + l] = cse_111;
-        if (V & 14) mc_ls1_B[43 * MC_W + l] = cse_112;
-        if (V & 14) mc_ls1_B[44 * MC_W + l] = cse_114;
-        if (V & 14) mc_ls1_B[45 * MC_W + l] = cse_116;
-        if (V & 14) mc_ls1_B[46 * MC_W + l] = cse_117;
-        if (V & 14) mc_ls1_B[47 * MC_W + l] = cse_118;
+        if (V & 14) mc_ls1_B[42 * MC_W + l] = cse_198;
+        if (V & 14) mc_ls1_B[43 * MC_W + l] = cse_200;
+        if (V & 14) mc_ls1_B[44 * MC_W + l] = cse_202;
+        if (V & 14) mc_ls1_B[45 * MC_W + l] = cse_205;
+        if (V & 14) mc_ls1_B[46 * MC_W + l] = cse_206;
+        if (V & 14) mc_ls1_B[47 * MC_W + l] = cse_207;
         v_cse_0[l] = cse_0;
         v_cse_1[l] = cse_1;
         v_cse_2[l] = cse_2;
-        v_cse_3[l] = cse_3;
         v_cse_4[l] = cse_4;
-        v_cse_6[l] = cse_6;
+        v_cse_5[l] = cse_5;
         v_cse_7[l] = cse_7;
-        v_cse_9[l] = cse_9;
+        v_cse_8[l] = cse_8;
+        v_cse_10[l] = cse_10;
         v_cse_11[l] = cse_11;
         v_cse_12[l] = cse_12;
-        v_cse_13[l] = cse_13;
-        v_cse_14[l] = cse_14;
-        v_cse_15[l] = cse_15;
+        v_cse_16[l] = cse_16;
         v_state_S_3[l] = state_S_3;
-        v_cse_17[l] = cse_17;
+        v_cse_18[l] = cse_18;
         v_state_S_4[l] = state_S_4;
-        v_cse_19[l] = cse_19;
+        v_cse_20[l] = cse_20;
         v_state_S_5[l] = state_S_5;
-        if (V & 14) v_cse_21[l] = cse_21;
         if (V & 14) v_cse_22[l] = cse_22;
-        if (V & 14) v_cse_23[l] = cse_23;
-        if (V & 14) v_cse_24[l] = cse_24;
+        if (V & 14) v_cse_25[l] = cse_25;
         if (V & 14) v_cse_26[l] = cse_26;
-        if (V & 14) v_cse_37[l] = cse_37;
-        if (V & 14) v_cse_38[l] = cse_38;
-        if (V & 14) v_cse_40[l] = cse_40;
-        if (V & 14) v_cse_42[l] = cse_42;
-        if (V & 14) v_cse_47[l] = cse_47;
-        if (V & 14) v_cse_48[l] = cse_48;
-        if (V & 14) v_cse_52[l] = cse_52;
-        if (V & 14) v_cse_54[l] = cse_54;
-        if (V & 14) v_cse_55[l] = cse_55;
-        if (V & 14) v_cse_57[l] = cse_57;
-        if (V & 14) v_cse_58[l] = cse_58;
-        if (V & 14) v_cse_59[l] = cse_59;
-        if (V & 14) v_cse_60[l] = cse_60;
-        if (V & 14) v_cse_63[l] = cse_63;
-        if (V & 14) v_cse_65[l] = cse_65;
-        if (V & 14) v_cse_68[l] = cse_68;
-        if (V & 14) v_cse_70[l] = cse_70;
-        if (V & 14) v_cse_73[l] = cse_73;
+        if (V & 14) v_cse_43[l] = cse_43;
         if (V & 14) v_cse_80[l] = cse_80;
-        if (V & 14) v_cse_87[l] = cse_87;
-        if (V & 14) v_cse_88[l] = cse_88;
-        if (V & 14) v_cse_90[l] = cse_90;
-        if (V & 14) v_cse_96[l] = cse_96;
-        if (V & 14) v_cse_97[l] = cse_97;
-        if (V & 14) v_cse_98[l] = cse_98;
-        if (V & 14) v_cse_101[l] = cse_101;
-        if (V & 14) v_cse_102[l] = cse_102;
-        if (V & 14) v_cse_103[l] = cse_103;
-        if (V & 14) v_cse_107[l] = cse_107;
         if (V & 14) v_cse_108[l] = cse_108;
-        if (V & 14) v_cse_110[l] = cse_110;
-        if (V & 14) v_cse_119[l] = cse_119;
+        if (V & 14) v_cse_109[l] = cse_109;
+        if (V & 14) v_cse_112[l] = cse_112;
+        if (V & 14) v_cse_114[l] = cse_114;
+        if (V & 14) v_cse_123[l] = cse_123;
+        if (V & 14) v_cse_126[l] = cse_126;
+        if (V & 14) v_cse_127[l] = cse_127;
+        if (V & 14) v_cse_128[l] = cse_128;
+        if (V & 14) v_cse_129[l] = cse_129;
+        if (V & 14) v_cse_132[l] = cse_132;
+        if (V & 14) v_cse_134[l] = cse_134;
+        if (V & 14) v_cse_138[l] = cse_138;
+        if (V & 14) v_cse_140[l] = cse_140;
+        if (V & 14) v_cse_142[l] = cse_142;
+        if (V & 14) v_cse_143[l] = cse_143;
+        if (V & 14) v_cse_145[l] = cse_145;
+        if (V & 14) v_cse_151[l] = cse_151;
+        if (V & 14) v_cse_153[l] = cse_153;
+        if (V & 14) v_cse_155[l] = cse_155;
+        if (V & 14) v_cse_157[l] = cse_157;
+        if (V & 14) v_cse_162[l] = cse_162;
+        if (V & 14) v_cse_164[l] = cse_164;
+        if (V & 14) v_cse_170[l] = cse_170;
+        if (V & 14) v_cse_171[l] = cse_171;
+        if (V & 14) v_cse_173[l] = cse_173;
+        if (V & 14) v_cse_174[l] = cse_174;
+        if (V & 14) v_cse_175[l] = cse_175;
+        if (V & 14) v_cse_181[l] = cse_181;
+        if (V & 14) v_cse_183[l] = cse_183;
+        if (V & 14) v_cse_185[l] = cse_185;
+        if (V & 14) v_cse_189[l] = cse_189;
+        if (V & 14) v_cse_190[l] = cse_190;
+        if (V & 14) v_cse_192[l] = cse_192;
+        if (V & 14) v_cse_193[l] = cse_193;
+        if (V & 14) v_cse_194[l] = cse_194;
+        if (V & 14) v_cse_195[l] = cse_195;
+        if (V & 14) v_cse_196[l] = cse_196;
+        if (V & 14) v_cse_199[l] = cse_199;
+        if (V & 14) v_cse_201[l] = cse_201;
+        if (V & 14) v_cse_203[l] = cse_203;
+        if (V & 14) v_cse_208[l] = cse_208;
     }
     if (V & 14) {
         mc_lu_solve(8, 6, mc_ls1_A, mc_ls1_B, (V & 12) ? mc_ls1_piv : 0);
         MC_SIMD MC_LANES {
-            const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
-            const real cse_11 = v_cse_11[l];
-            const real cse_21 = v_cse_21[l];
             const real cse_22 = v_cse_22[l];
-            const real cse_23 = v_cse_23[l];
-            const real d1 = (mc_ls1_B + 0 * MC_W)[l];
+            const real d1 = (mc_ls1_B + 12 * MC_W)[l];
             const real d2 = (mc_ls1_B + 6 * MC_W)[l];
-            const real d3 = (mc_ls1_B + 12 * MC_W)[l];
+            const real d3 = (mc_ls1_B + 13 * MC_W)[l];
+            const real cse_12 = v_cse_12[l];
+            const real d4 = (mc_ls1_B + 7 * MC_W)[l];
+            const real d5 = (mc_ls1_B + 8 * MC_W)[l];
+            const real d6 = (mc_ls1_B + 14 * MC_W)[l];
+            const real d7 = (mc_ls1_B + 9 * MC_W)[l];
+            const real d8 = (mc_ls1_B + 15 * MC_W)[l];
+            const real d9 = (mc_ls1_B + 10 * MC_W)[l];
+            const real d10 = (mc_ls1_B + 16 * MC_W)[l];
+            const real d11 = (mc_ls1_B + 11 * MC_W)[l];
+            const real d12 = (mc_ls1_B + 17 * MC_W)[l];
+            const real d13 = (mc_ls1_B + 0 * MC_W)[l];
+            const real d14 = (mc_ls1_B + 1 * MC_W)[l];
+            const real d15 = (mc_ls1_B + 2 * MC_W)[l];
+            const real d16 = (mc_ls1_B + 3 * MC_W)[l];
+            const real d17 = (mc_ls1_B + 4 * MC_W)[l];
+            const real d18 = (mc_ls1_B + 5 * MC_W)[l];
+            const real cse_25 = v_cse_25[l];
+            const real cse_26 = v_cse_26[l];
             const int perzyna_iso_return_map_converged = v_perzyna_iso_return_map_converged[l];
-            const real cse_7 = v_cse_7[l];
-            const real d4 = (mc_ls1_B + 1 * MC_W)[l];
-            const real d5 = (mc_ls1_B + 7 * MC_W)[l];
-            const real d6 = (mc_ls1_B + 13 * MC_W)[l];
-            const real d7 = (mc_ls1_B + 2 * MC_W)[l];
-            const real d8 = (mc_ls1_B + 8 * MC_W)[l];
-            const real d9 = (mc_ls1_B + 14 * MC_W)[l];
-            const real d10 = (mc_ls1_B + 3 * MC_W)[l];
-            const real d11 = (mc_ls1_B + 9 * MC_W)[l];
-            const real d12 = (mc_ls1_B + 15 * MC_W)[l];
-            const real d13 = (mc_ls1_B + 4 * MC_W)[l];
-            const real d14 = (mc_ls1_B + 10 * MC_W)[l];
-            const real d15 = (mc_ls1_B + 16 * MC_W)[l];
-            const real d16 = (mc_ls1_B + 5 * MC_W)[l];
-            const real d17 = (mc_ls1_B + 11 * MC_W)[l];
-            const real d18 = (mc_ls1_B + 17 * MC_W)[l];
-            const real cse_24 = v_cse_24[l];
+            const real cse_43 = v_cse_43[l];
             const real d19 = (mc_ls1_B + 18 * MC_W)[l];
             const real d20 = (mc_ls1_B + 19 * MC_W)[l];
             const real d21 = (mc_ls1_B + 20 * MC_W)[l];
-            const real cse_12 = v_cse_12[l];
+            const real cse_5 = v_cse_5[l];
             const real d22 = (mc_ls1_B + 21 * MC_W)[l];
             const real d23 = (mc_ls1_B + 22 * MC_W)[l];
             const real d24 = (mc_ls1_B + 23 * MC_W)[l];
@@ -3608,62 +3725,80 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real d34 = (mc_ls1_B + 33 * MC_W)[l];
             const real d35 = (mc_ls1_B + 34 * MC_W)[l];
             const real d36 = (mc_ls1_B + 35 * MC_W)[l];
-            const real nx_0 = v_nx_0[l];
+            const real cse_151 = v_cse_151[l];
             const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
-            const real cse_68 = v_cse_68[l];
-            const real cse_37 = v_cse_37[l];
-            const real cse_47 = v_cse_47[l];
-            const real cse_54 = v_cse_54[l];
+            const real cse_126 = v_cse_126[l];
+            const real cse_138 = v_cse_138[l];
+            const real cse_142 = v_cse_142[l];
+            const real cse_123 = v_cse_123[l];
             const real state_S_3 = v_state_S_3[l];
             const real state_S_4 = v_state_S_4[l];
             const real state_S_5 = v_state_S_5[l];
-            o_j[0 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d2 + d3)) + (p_E * cse_11 * (cse_22 + (cse_23 * d1)))) : MC_NAN;
-            o_j[1 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d5 + d6)) + (p_E * cse_11 * (cse_7 + (cse_23 * d4)))) : MC_NAN;
-            o_j[2 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d8 + d9)) + (p_E * cse_11 * (cse_7 + (cse_23 * d7)))) : MC_NAN;
-            o_j[3 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d11 + d12)) + (p_E * cse_11 * cse_23 * d10)) : MC_NAN;
-            o_j[4 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d14 + d15)) + (p_E * cse_11 * cse_23 * d13)) : MC_NAN;
-            o_j[5 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d17 + d18)) + (p_E * cse_11 * cse_23 * d16)) : MC_NAN;
-            o_j[6 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d1 + d3)) + (p_E * cse_11 * (cse_7 + (cse_23 * d2)))) : MC_NAN;
-            o_j[7 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d4 + d6)) + (p_E * cse_11 * (cse_22 + (cse_23 * d5)))) : MC_NAN;
-            o_j[8 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d7 + d9)) + (p_E * cse_11 * (cse_7 + (cse_23 * d8)))) : MC_NAN;
-            o_j[9 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d10 + d12)) + (p_E * cse_11 * cse_23 * d11)) : MC_NAN;
-            o_j[10 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d13 + d15)) + (p_E * cse_11 * cse_23 * d14)) : MC_NAN;
-            o_j[11 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d16 + d18)) + (p_E * cse_11 * cse_23 * d17)) : MC_NAN;
-            o_j[12 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d1 + d2)) + (p_E * cse_11 * (cse_7 + (cse_23 * d3)))) : MC_NAN;
-            o_j[13 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d4 + d5)) + (p_E * cse_11 * (cse_7 + (cse_23 * d6)))) : MC_NAN;
-            o_j[14 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d7 + d8)) + (p_E * cse_11 * (cse_22 + (cse_23 * d9)))) : MC_NAN;
-            o_j[15 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d10 + d11)) + (p_E * cse_11 * cse_23 * d12)) : MC_NAN;
-            o_j[16 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d13 + d14)) + (p_E * cse_11 * cse_23 * d15)) : MC_NAN;
-            o_j[17 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d16 + d17)) + (p_E * cse_11 * cse_23 * d18)) : MC_NAN;
-            o_j[18 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d19) : MC_NAN;
-            o_j[19 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d20) : MC_NAN;
-            o_j[20 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d21) : MC_NAN;
-            o_j[21 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_12 + (cse_24 * d22)) : MC_NAN;
-            o_j[22 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d23) : MC_NAN;
-            o_j[23 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d24) : MC_NAN;
-            o_j[24 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d25) : MC_NAN;
-            o_j[25 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d26) : MC_NAN;
-            o_j[26 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d27) : MC_NAN;
-            o_j[27 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d28) : MC_NAN;
-            o_j[28 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_12 + (cse_24 * d29)) : MC_NAN;
-            o_j[29 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d30) : MC_NAN;
-            o_j[30 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d31) : MC_NAN;
-            o_j[31 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d32) : MC_NAN;
-            o_j[32 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d33) : MC_NAN;
-            o_j[33 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d34) : MC_NAN;
-            o_j[34 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d35) : MC_NAN;
-            o_j[35 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_12 + (cse_24 * d36)) : MC_NAN;
-            const real cse_120 = (nx_0 * state_internal_gamma_rate);
-            const real cse_121 = (cse_120 * cse_68);
-            const real cse_122 = (cse_121 * cse_37);
-            const real cse_132 = (cse_121 * cse_47);
-            const real cse_134 = (cse_121 * cse_54);
-            const real cse_135 = (cse_120 * state_S_3);
-            const real cse_140 = (cse_120 * state_S_4);
-            const real cse_142 = (cse_120 * state_S_5);
-            const real cse_144 = (((real)0.816496580927726) * state_internal_gamma_rate);
-            if (V & 12) mc_ls2_B[0 * MC_W + l] = cse_122;
-            if (V & 12) mc_ls2_B[1 * MC_W + l] = (-cse_122);
+            const real cse_23 = (cse_22 * d1);
+            const real cse_24 = (cse_22 * d2);
+            const real cse_27 = (cse_22 * d3);
+            const real cse_28 = (cse_12 + (cse_22 * d4));
+            const real cse_29 = (cse_22 * d5);
+            const real cse_30 = (cse_12 + (cse_22 * d6));
+            const real cse_31 = (cse_22 * d7);
+            const real cse_32 = (cse_22 * d8);
+            const real cse_33 = (cse_22 * d9);
+            const real cse_34 = (cse_22 * d10);
+            const real cse_35 = (cse_22 * d11);
+            const real cse_36 = (cse_22 * d12);
+            const real cse_37 = (cse_12 + (cse_22 * d13));
+            const real cse_38 = (cse_22 * d14);
+            const real cse_39 = (cse_22 * d15);
+            const real cse_40 = (cse_22 * d16);
+            const real cse_41 = (cse_22 * d17);
+            const real cse_42 = (cse_22 * d18);
+            o_j[0 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_23 + cse_24 + cse_25 + (cse_26 * d13)) : MC_NAN;
+            o_j[1 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_27 + cse_28 + (cse_26 * d14)) : MC_NAN;
+            o_j[2 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_29 + cse_30 + (cse_26 * d15)) : MC_NAN;
+            o_j[3 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_31 + cse_32 + (cse_26 * d16)) : MC_NAN;
+            o_j[4 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_33 + cse_34 + (cse_26 * d17)) : MC_NAN;
+            o_j[5 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_35 + cse_36 + (cse_26 * d18)) : MC_NAN;
+            o_j[6 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_23 + cse_37 + (cse_26 * d2)) : MC_NAN;
+            o_j[7 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_25 + cse_27 + cse_38 + (cse_26 * d4)) : MC_NAN;
+            o_j[8 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_30 + cse_39 + (cse_26 * d5)) : MC_NAN;
+            o_j[9 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_32 + cse_40 + (cse_26 * d7)) : MC_NAN;
+            o_j[10 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_34 + cse_41 + (cse_26 * d9)) : MC_NAN;
+            o_j[11 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_36 + cse_42 + (cse_26 * d11)) : MC_NAN;
+            o_j[12 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 + cse_37 + (cse_26 * d1)) : MC_NAN;
+            o_j[13 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_28 + cse_38 + (cse_26 * d3)) : MC_NAN;
+            o_j[14 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_25 + cse_29 + cse_39 + (cse_26 * d6)) : MC_NAN;
+            o_j[15 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_31 + cse_40 + (cse_26 * d8)) : MC_NAN;
+            o_j[16 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_33 + cse_41 + (cse_26 * d10)) : MC_NAN;
+            o_j[17 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_35 + cse_42 + (cse_26 * d12)) : MC_NAN;
+            o_j[18 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d19) : MC_NAN;
+            o_j[19 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d20) : MC_NAN;
+            o_j[20 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d21) : MC_NAN;
+            o_j[21 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_5 + (cse_43 * d22)) : MC_NAN;
+            o_j[22 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d23) : MC_NAN;
+            o_j[23 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d24) : MC_NAN;
+            o_j[24 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d25) : MC_NAN;
+            o_j[25 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d26) : MC_NAN;
+            o_j[26 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d27) : MC_NAN;
+            o_j[27 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d28) : MC_NAN;
+            o_j[28 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_5 + (cse_43 * d29)) : MC_NAN;
+            o_j[29 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d30) : MC_NAN;
+            o_j[30 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d31) : MC_NAN;
+            o_j[31 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d32) : MC_NAN;
+            o_j[32 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d33) : MC_NAN;
+            o_j[33 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d34) : MC_NAN;
+            o_j[34 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d35) : MC_NAN;
+            o_j[35 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_5 + (cse_43 * d36)) : MC_NAN;
+            const real cse_209 = (cse_151 * state_internal_gamma_rate);
+            const real cse_210 = (cse_126 * cse_209);
+            const real cse_219 = (cse_138 * cse_209);
+            const real cse_222 = (cse_142 * cse_209);
+            const real cse_225 = (cse_123 * state_internal_gamma_rate);
+            const real cse_226 = (cse_225 * state_S_3);
+            const real cse_232 = (cse_225 * state_S_4);
+            const real cse_237 = (cse_225 * state_S_5);
+            const real cse_242 = (((real)0.816496580927726) * state_internal_gamma_rate);
+            if (V & 12) mc_ls2_B[0 * MC_W + l] = cse_210;
+            if (V & 12) mc_ls2_B[1 * MC_W + l] = (-cse_210);
             if (V & 12) mc_ls2_B[2 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[3 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[4 * MC_W + l] = ((real)0.0);
@@ -3671,8 +3806,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[6 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[7 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[8 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[9 * MC_W + l] = cse_132;
-            if (V & 12) mc_ls2_B[10 * MC_W + l] = (-cse_132);
+            if (V & 12) mc_ls2_B[9 * MC_W + l] = cse_219;
+            if (V & 12) mc_ls2_B[10 * MC_W + l] = (-cse_219);
             if (V & 12) mc_ls2_B[11 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[12 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[13 * MC_W + l] = ((real)0.0);
@@ -3680,8 +3815,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[15 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[16 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[17 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[18 * MC_W + l] = cse_134;
-            if (V & 12) mc_ls2_B[19 * MC_W + l] = (-cse_134);
+            if (V & 12) mc_ls2_B[18 * MC_W + l] = cse_222;
+            if (V & 12) mc_ls2_B[19 * MC_W + l] = (-cse_222);
             if (V & 12) mc_ls2_B[20 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[21 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[22 * MC_W + l] = ((real)1.0);
@@ -3689,8 +3824,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[24 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[25 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[26 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[27 * MC_W + l] = cse_135;
-            if (V & 12) mc_ls2_B[28 * MC_W + l] = (-cse_135);
+            if (V & 12) mc_ls2_B[27 * MC_W + l] = cse_226;
+            if (V & 12) mc_ls2_B[28 * MC_W + l] = (-cse_226);
             if (V & 12) mc_ls2_B[29 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[30 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[31 * MC_W + l] = ((real)0.0);
@@ -3698,8 +3833,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[33 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[34 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[35 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[36 * MC_W + l] = cse_140;
-            if (V & 12) mc_ls2_B[37 * MC_W + l] = (-cse_140);
+            if (V & 12) mc_ls2_B[36 * MC_W + l] = cse_232;
+            if (V & 12) mc_ls2_B[37 * MC_W + l] = (-cse_232);
             if (V & 12) mc_ls2_B[38 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[39 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[40 * MC_W + l] = ((real)0.0);
@@ -3707,8 +3842,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[42 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[43 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[44 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[45 * MC_W + l] = cse_142;
-            if (V & 12) mc_ls2_B[46 * MC_W + l] = (-cse_142);
+            if (V & 12) mc_ls2_B[45 * MC_W + l] = cse_237;
+            if (V & 12) mc_ls2_B[46 * MC_W + l] = (-cse_237);
             if (V & 12) mc_ls2_B[47 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[48 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[49 * MC_W + l] = ((real)0.0);
@@ -3716,8 +3851,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[51 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[52 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[53 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[54 * MC_W + l] = cse_144;
-            if (V & 12) mc_ls2_B[55 * MC_W + l] = (-cse_144);
+            if (V & 12) mc_ls2_B[54 * MC_W + l] = cse_242;
+            if (V & 12) mc_ls2_B[55 * MC_W + l] = (-cse_242);
             if (V & 12) mc_ls2_B[56 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[57 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[58 * MC_W + l] = ((real)0.0);
@@ -3739,219 +3874,280 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     if (V & 12) {
         mc_lu_apply(8, 9, mc_ls1_A, mc_ls1_piv, mc_ls2_B);
         MC_SIMD MC_LANES {
-            const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
-            const real cse_11 = v_cse_11[l];
-            const real cse_21 = v_cse_21[l];
-            const real cse_23 = v_cse_23[l];
-            const real d37 = (mc_ls2_B + 0 * MC_W)[l];
-            const real d38 = (mc_ls2_B + 9 * MC_W)[l];
-            const real d39 = (mc_ls2_B + 18 * MC_W)[l];
-            const int perzyna_iso_return_map_converged = v_perzyna_iso_return_map_converged[l];
-            const real cse_24 = v_cse_24[l];
-            const real d40 = (mc_ls2_B + 27 * MC_W)[l];
-            const real d41 = (mc_ls2_B + 36 * MC_W)[l];
-            const real d42 = (mc_ls2_B + 45 * MC_W)[l];
-            const real d43 = (mc_ls2_B + 1 * MC_W)[l];
-            const real d44 = (mc_ls2_B + 10 * MC_W)[l];
-            const real d45 = (mc_ls2_B + 19 * MC_W)[l];
-            const real d46 = (mc_ls2_B + 28 * MC_W)[l];
-            const real d47 = (mc_ls2_B + 37 * MC_W)[l];
-            const real d48 = (mc_ls2_B + 46 * MC_W)[l];
-            const real d49 = (mc_ls2_B + 2 * MC_W)[l];
-            const real d50 = (mc_ls2_B + 11 * MC_W)[l];
-            const real d51 = (mc_ls2_B + 20 * MC_W)[l];
-            const real d52 = (mc_ls2_B + 3 * MC_W)[l];
-            const real d53 = (mc_ls2_B + 12 * MC_W)[l];
-            const real d54 = (mc_ls2_B + 21 * MC_W)[l];
-            const real d55 = (mc_ls2_B + 4 * MC_W)[l];
-            const real d56 = (mc_ls2_B + 13 * MC_W)[l];
-            const real d57 = (mc_ls2_B + 22 * MC_W)[l];
+            const real cse_22 = v_cse_22[l];
+            const real d37 = (mc_ls2_B + 9 * MC_W)[l];
+            const real d38 = (mc_ls2_B + 18 * MC_W)[l];
+            const real d39 = (mc_ls2_B + 0 * MC_W)[l];
+            const real d40 = (mc_ls2_B + 10 * MC_W)[l];
+            const real d41 = (mc_ls2_B + 19 * MC_W)[l];
+            const real d42 = (mc_ls2_B + 1 * MC_W)[l];
+            const real d43 = (mc_ls2_B + 11 * MC_W)[l];
+            const real d44 = (mc_ls2_B + 20 * MC_W)[l];
+            const real d45 = (mc_ls2_B + 12 * MC_W)[l];
+            const real d46 = (mc_ls2_B + 21 * MC_W)[l];
+            const real d47 = (mc_ls2_B + 13 * MC_W)[l];
+            const real d48 = (mc_ls2_B + 22 * MC_W)[l];
+            const real d49 = (mc_ls2_B + 14 * MC_W)[l];
+            const real d50 = (mc_ls2_B + 23 * MC_W)[l];
+            const real d51 = (mc_ls2_B + 15 * MC_W)[l];
+            const real d52 = (mc_ls2_B + 24 * MC_W)[l];
+            const real d53 = (mc_ls2_B + 16 * MC_W)[l];
+            const real d54 = (mc_ls2_B + 25 * MC_W)[l];
+            const real d55 = (mc_ls2_B + 2 * MC_W)[l];
+            const real d56 = (mc_ls2_B + 3 * MC_W)[l];
+            const real d57 = (mc_ls2_B + 4 * MC_W)[l];
             const real d58 = (mc_ls2_B + 5 * MC_W)[l];
-            const real d59 = (mc_ls2_B + 14 * MC_W)[l];
-            const real d60 = (mc_ls2_B + 23 * MC_W)[l];
-            const real d61 = (mc_ls2_B + 6 * MC_W)[l];
-            const real d62 = (mc_ls2_B + 15 * MC_W)[l];
-            const real d63 = (mc_ls2_B + 24 * MC_W)[l];
-            const real d64 = (mc_ls2_B + 7 * MC_W)[l];
-            const real d65 = (mc_ls2_B + 16 * MC_W)[l];
-            const real d66 = (mc_ls2_B + 25 * MC_W)[l];
-            const real d67 = (mc_ls2_B + 29 * MC_W)[l];
-            const real d68 = (mc_ls2_B + 30 * MC_W)[l];
-            const real d69 = (mc_ls2_B + 31 * MC_W)[l];
-            const real d70 = (mc_ls2_B + 32 * MC_W)[l];
-            const real d71 = (mc_ls2_B + 33 * MC_W)[l];
-            const real d72 = (mc_ls2_B + 34 * MC_W)[l];
-            const real d73 = (mc_ls2_B + 38 * MC_W)[l];
-            const real d74 = (mc_ls2_B + 39 * MC_W)[l];
-            const real d75 = (mc_ls2_B + 40 * MC_W)[l];
-            const real d76 = (mc_ls2_B + 41 * MC_W)[l];
-            const real d77 = (mc_ls2_B + 42 * MC_W)[l];
-            const real d78 = (mc_ls2_B + 43 * MC_W)[l];
-            const real d79 = (mc_ls2_B + 47 * MC_W)[l];
-            const real d80 = (mc_ls2_B + 48 * MC_W)[l];
-            const real d81 = (mc_ls2_B + 49 * MC_W)[l];
-            const real d82 = (mc_ls2_B + 50 * MC_W)[l];
-            const real d83 = (mc_ls2_B + 51 * MC_W)[l];
-            const real d84 = (mc_ls2_B + 52 * MC_W)[l];
-            const real d85 = (mc_ls2_B + 8 * MC_W)[l];
-            const real d86 = (mc_ls2_B + 17 * MC_W)[l];
-            const real d87 = (mc_ls2_B + 26 * MC_W)[l];
+            const real d59 = (mc_ls2_B + 6 * MC_W)[l];
+            const real d60 = (mc_ls2_B + 7 * MC_W)[l];
+            const real d61 = (mc_ls2_B + 17 * MC_W)[l];
+            const real d62 = (mc_ls2_B + 26 * MC_W)[l];
+            const real d63 = (mc_ls2_B + 8 * MC_W)[l];
+            const real cse_26 = v_cse_26[l];
+            const int perzyna_iso_return_map_converged = v_perzyna_iso_return_map_converged[l];
+            const real cse_43 = v_cse_43[l];
+            const real d64 = (mc_ls2_B + 27 * MC_W)[l];
+            const real d65 = (mc_ls2_B + 36 * MC_W)[l];
+            const real d66 = (mc_ls2_B + 45 * MC_W)[l];
+            const real d67 = (mc_ls2_B + 28 * MC_W)[l];
+            const real d68 = (mc_ls2_B + 37 * MC_W)[l];
+            const real d69 = (mc_ls2_B + 46 * MC_W)[l];
+            const real d70 = (mc_ls2_B + 29 * MC_W)[l];
+            const real d71 = (mc_ls2_B + 30 * MC_W)[l];
+            const real d72 = (mc_ls2_B + 31 * MC_W)[l];
+            const real d73 = (mc_ls2_B + 32 * MC_W)[l];
+            const real d74 = (mc_ls2_B + 33 * MC_W)[l];
+            const real d75 = (mc_ls2_B + 34 * MC_W)[l];
+            const real d76 = (mc_ls2_B + 38 * MC_W)[l];
+            const real d77 = (mc_ls2_B + 39 * MC_W)[l];
+            const real d78 = (mc_ls2_B + 40 * MC_W)[l];
+            const real d79 = (mc_ls2_B + 41 * MC_W)[l];
+            const real d80 = (mc_ls2_B + 42 * MC_W)[l];
+            const real d81 = (mc_ls2_B + 43 * MC_W)[l];
+            const real d82 = (mc_ls2_B + 47 * MC_W)[l];
+            const real d83 = (mc_ls2_B + 48 * MC_W)[l];
+            const real d84 = (mc_ls2_B + 49 * MC_W)[l];
+            const real d85 = (mc_ls2_B + 50 * MC_W)[l];
+            const real d86 = (mc_ls2_B + 51 * MC_W)[l];
+            const real d87 = (mc_ls2_B + 52 * MC_W)[l];
             const real d88 = (mc_ls2_B + 35 * MC_W)[l];
             const real d89 = (mc_ls2_B + 44 * MC_W)[l];
             const real d90 = (mc_ls2_B + 53 * MC_W)[l];
-            const real cse_4 = v_cse_4[l];
-            const real cse_6 = v_cse_6[l];
-            const real cse_3 = v_cse_3[l];
-            const real cse_26 = v_cse_26[l];
-            const real cse_101 = v_cse_101[l];
-            const real cse_87 = v_cse_87[l];
-            const real cse_96 = v_cse_96[l];
-            const real cse_38 = v_cse_38[l];
-            const real cse_48 = v_cse_48[l];
-            const real cse_58 = v_cse_58[l];
+            const real cse_11 = v_cse_11[l];
             const real cse_7 = v_cse_7[l];
+            const real cse_4 = v_cse_4[l];
             const real cse_0 = v_cse_0[l];
             const real cse_1 = v_cse_1[l];
             const real cse_2 = v_cse_2[l];
-            const real cse_59 = v_cse_59[l];
-            const real cse_102 = v_cse_102[l];
-            const real cse_97 = v_cse_97[l];
-            const real cse_13 = v_cse_13[l];
-            const real cse_14 = v_cse_14[l];
-            const real cse_37 = v_cse_37[l];
-            const real cse_47 = v_cse_47[l];
-            const real cse_54 = v_cse_54[l];
-            const real cse_9 = v_cse_9[l];
-            const real cse_88 = v_cse_88[l];
-            const real cse_107 = v_cse_107[l];
-            const real nx_3 = v_nx_3[l];
-            const real cse_40 = v_cse_40[l];
-            const real cse_42 = v_cse_42[l];
-            const real cse_52 = v_cse_52[l];
-            const real cse_55 = v_cse_55[l];
-            const real cse_60 = v_cse_60[l];
-            const real cse_70 = v_cse_70[l];
-            const real cse_73 = v_cse_73[l];
+            const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
             const real cse_80 = v_cse_80[l];
-            const real cse_57 = v_cse_57[l];
-            const real cse_90 = v_cse_90[l];
-            const real cse_63 = v_cse_63[l];
-            const real cse_98 = v_cse_98[l];
-            const real cse_103 = v_cse_103[l];
-            const real cse_65 = v_cse_65[l];
-            const real cse_110 = v_cse_110[l];
-            const real cse_119 = v_cse_119[l];
-            const real state_internal_ep = v_state_internal_ep[l];
+            const real cse_5 = v_cse_5[l];
+            const real cse_10 = v_cse_10[l];
+            const real cse_8 = v_cse_8[l];
+            const real cse_16 = v_cse_16[l];
+            const real cse_18 = v_cse_18[l];
+            const real cse_20 = v_cse_20[l];
             const real cse_108 = v_cse_108[l];
-            const real nx_4 = v_nx_4[l];
-            o_j[156 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d38 + d39)) + (p_E * cse_11 * cse_23 * d37)) : MC_NAN;
-            o_j[165 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d37 + d39)) + (p_E * cse_11 * cse_23 * d38)) : MC_NAN;
-            o_j[174 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d37 + d38)) + (p_E * cse_11 * cse_23 * d39)) : MC_NAN;
-            o_j[183 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d40) : MC_NAN;
-            o_j[192 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d41) : MC_NAN;
-            o_j[201 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d42) : MC_NAN;
-            o_j[157 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d44 + d45)) + (p_E * cse_11 * cse_23 * d43)) : MC_NAN;
-            o_j[166 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d43 + d45)) + (p_E * cse_11 * cse_23 * d44)) : MC_NAN;
-            o_j[175 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d43 + d44)) + (p_E * cse_11 * cse_23 * d45)) : MC_NAN;
-            o_j[184 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d46) : MC_NAN;
-            o_j[193 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d47) : MC_NAN;
-            o_j[202 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d48) : MC_NAN;
-            o_j[158 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d50 + d51)) + (p_E * cse_11 * cse_23 * d49)) : MC_NAN;
-            o_j[159 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d53 + d54)) + (p_E * cse_11 * cse_23 * d52)) : MC_NAN;
-            o_j[160 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d56 + d57)) + (p_E * cse_11 * cse_23 * d55)) : MC_NAN;
-            o_j[161 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d59 + d60)) + (p_E * cse_11 * cse_23 * d58)) : MC_NAN;
-            o_j[162 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d62 + d63)) + (p_E * cse_11 * cse_23 * d61)) : MC_NAN;
-            o_j[163 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d65 + d66)) + (p_E * cse_11 * cse_23 * d64)) : MC_NAN;
-            o_j[167 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d49 + d51)) + (p_E * cse_11 * cse_23 * d50)) : MC_NAN;
-            o_j[168 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d52 + d54)) + (p_E * cse_11 * cse_23 * d53)) : MC_NAN;
-            o_j[169 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d55 + d57)) + (p_E * cse_11 * cse_23 * d56)) : MC_NAN;
-            o_j[170 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d58 + d60)) + (p_E * cse_11 * cse_23 * d59)) : MC_NAN;
-            o_j[171 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d61 + d63)) + (p_E * cse_11 * cse_23 * d62)) : MC_NAN;
-            o_j[172 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d64 + d66)) + (p_E * cse_11 * cse_23 * d65)) : MC_NAN;
-            o_j[176 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d49 + d50)) + (p_E * cse_11 * cse_23 * d51)) : MC_NAN;
-            o_j[177 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d52 + d53)) + (p_E * cse_11 * cse_23 * d54)) : MC_NAN;
-            o_j[178 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d55 + d56)) + (p_E * cse_11 * cse_23 * d57)) : MC_NAN;
-            o_j[179 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d58 + d59)) + (p_E * cse_11 * cse_23 * d60)) : MC_NAN;
-            o_j[180 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d61 + d62)) + (p_E * cse_11 * cse_23 * d63)) : MC_NAN;
-            o_j[181 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d64 + d65)) + (p_E * cse_11 * cse_23 * d66)) : MC_NAN;
-            o_j[185 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d67) : MC_NAN;
-            o_j[186 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d68) : MC_NAN;
-            o_j[187 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d69) : MC_NAN;
-            o_j[188 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d70) : MC_NAN;
-            o_j[189 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d71) : MC_NAN;
-            o_j[190 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d72) : MC_NAN;
-            o_j[194 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d73) : MC_NAN;
-            o_j[195 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d74) : MC_NAN;
-            o_j[196 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d75) : MC_NAN;
-            o_j[197 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d76) : MC_NAN;
-            o_j[198 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d77) : MC_NAN;
-            o_j[199 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d78) : MC_NAN;
-            o_j[203 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d79) : MC_NAN;
-            o_j[204 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d80) : MC_NAN;
-            o_j[205 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d81) : MC_NAN;
-            o_j[206 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d82) : MC_NAN;
-            o_j[207 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d83) : MC_NAN;
-            o_j[208 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d84) : MC_NAN;
-            o_j[164 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d86 + d87)) + (p_E * cse_11 * cse_23 * d85)) : MC_NAN;
-            o_j[173 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d85 + d87)) + (p_E * cse_11 * cse_23 * d86)) : MC_NAN;
-            o_j[182 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d85 + d86)) + (p_E * cse_11 * cse_23 * d87)) : MC_NAN;
-            o_j[191 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d88) : MC_NAN;
-            o_j[200 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d89) : MC_NAN;
-            o_j[209 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d90) : MC_NAN;
-            const real cse_25 = (p_E * cse_23);
-            const real cse_27 = (cse_6 + (cse_4 * (cse_6 * cse_6)));
-            const real cse_28 = (cse_27 * cse_3);
-            const real cse_29 = (p_E * cse_26);
-            const real cse_123 = (cse_101 + cse_87 + cse_96);
-            const real cse_124 = (cse_38 * cse_48 * cse_58);
-            const real cse_125 = (-cse_123 * cse_124);
-            const real cse_126 = (cse_11 * cse_11 * cse_11 * cse_11);
-            const real cse_127 = (cse_123 * cse_126);
-            const real cse_128 = (-cse_3 * ((cse_11 * cse_27) - (cse_26 * cse_7)));
-            const real cse_129 = (-cse_128 - (cse_0 * cse_26));
-            const real cse_130 = (-cse_128 - (cse_1 * cse_26));
-            const real cse_131 = (-cse_128 - (cse_2 * cse_26));
-            const real cse_133 = (cse_127 * cse_59);
-            const real cse_136 = (cse_102 + cse_97);
-            const real cse_137 = ((cse_13 * cse_47) + (cse_14 * cse_54) + (cse_37 * cse_9));
-            const real cse_138 = ((cse_129 * cse_37) + (cse_130 * cse_47) + (cse_131 * cse_54));
-            const real cse_139 = (-cse_138 * cse_26);
-            const real cse_141 = (cse_102 + cse_88);
-            const real cse_143 = (cse_88 + cse_97);
-            const real cse_145 = (cse_136 + cse_88);
-            const real cse_146 = (cse_107 * nx_3);
-            if (V & 8) mc_ls3_B[0 * MC_W + l] = (-cse_42 * ((cse_11 * ((cse_13 * cse_52) + (cse_14 * cse_55) + (cse_40 * cse_9))) + (cse_125 * cse_37)));
-            if (V & 8) mc_ls3_B[1 * MC_W + l] = (-cse_42 * ((p_E * ((cse_129 * cse_40) + (cse_130 * cse_52) + (cse_131 * cse_55))) + (cse_127 * cse_60)));
+            const real cse_145 = v_cse_145[l];
+            const real cse_109 = v_cse_109[l];
+            const real cse_174 = v_cse_174[l];
+            const real p_nu = MC_P(1, (v_p + 1 * MC_W)[l]);
+            const real cse_157 = v_cse_157[l];
+            const real cse_164 = v_cse_164[l];
+            const real cse_173 = v_cse_173[l];
+            const real state_S_3 = v_state_S_3[l];
+            const real cse_183 = v_cse_183[l];
+            const real state_S_4 = v_state_S_4[l];
+            const real cse_170 = v_cse_170[l];
+            const real state_S_5 = v_state_S_5[l];
+            const real cse_203 = v_cse_203[l];
+            const real cse_112 = v_cse_112[l];
+            const real cse_114 = v_cse_114[l];
+            const real cse_132 = v_cse_132[l];
+            const real cse_134 = v_cse_134[l];
+            const real cse_140 = v_cse_140[l];
+            const real cse_143 = v_cse_143[l];
+            const real cse_153 = v_cse_153[l];
+            const real cse_155 = v_cse_155[l];
+            const real cse_162 = v_cse_162[l];
+            const real cse_171 = v_cse_171[l];
+            const real cse_127 = v_cse_127[l];
+            const real cse_129 = v_cse_129[l];
+            const real cse_175 = v_cse_175[l];
+            const real cse_181 = v_cse_181[l];
+            const real cse_185 = v_cse_185[l];
+            const real cse_189 = v_cse_189[l];
+            const real cse_196 = v_cse_196[l];
+            const real cse_199 = v_cse_199[l];
+            const real cse_201 = v_cse_201[l];
+            const real cse_126 = v_cse_126[l];
+            const real cse_128 = v_cse_128[l];
+            const real cse_138 = v_cse_138[l];
+            const real cse_142 = v_cse_142[l];
+            const real cse_208 = v_cse_208[l];
+            const real state_internal_ep = v_state_internal_ep[l];
+            const real cse_190 = v_cse_190[l];
+            const real cse_192 = v_cse_192[l];
+            const real cse_195 = v_cse_195[l];
+            const real cse_193 = v_cse_193[l];
+            const real cse_194 = v_cse_194[l];
+            const real cse_44 = (cse_22 * d37);
+            const real cse_45 = (cse_22 * d38);
+            const real cse_46 = (cse_22 * d39);
+            const real cse_47 = (cse_22 * d40);
+            const real cse_48 = (cse_22 * d41);
+            const real cse_49 = (cse_22 * d42);
+            const real cse_50 = (cse_22 * d43);
+            const real cse_51 = (cse_22 * d44);
+            const real cse_52 = (cse_22 * d45);
+            const real cse_53 = (cse_22 * d46);
+            const real cse_54 = (cse_22 * d47);
+            const real cse_55 = (cse_22 * d48);
+            const real cse_56 = (cse_22 * d49);
+            const real cse_57 = (cse_22 * d50);
+            const real cse_58 = (cse_22 * d51);
+            const real cse_59 = (cse_22 * d52);
+            const real cse_60 = (cse_22 * d53);
+            const real cse_61 = (cse_22 * d54);
+            const real cse_62 = (cse_22 * d55);
+            const real cse_63 = (cse_22 * d56);
+            const real cse_64 = (cse_22 * d57);
+            const real cse_65 = (cse_22 * d58);
+            const real cse_66 = (cse_22 * d59);
+            const real cse_67 = (cse_22 * d60);
+            const real cse_68 = (cse_22 * d61);
+            const real cse_69 = (cse_22 * d62);
+            const real cse_70 = (cse_22 * d63);
+            o_j[156 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_44 + cse_45 + (cse_26 * d39)) : MC_NAN;
+            o_j[165 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_45 + cse_46 + (cse_26 * d37)) : MC_NAN;
+            o_j[174 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_44 + cse_46 + (cse_26 * d38)) : MC_NAN;
+            o_j[183 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d64) : MC_NAN;
+            o_j[192 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d65) : MC_NAN;
+            o_j[201 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d66) : MC_NAN;
+            o_j[157 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_47 + cse_48 + (cse_26 * d42)) : MC_NAN;
+            o_j[166 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_48 + cse_49 + (cse_26 * d40)) : MC_NAN;
+            o_j[175 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_47 + cse_49 + (cse_26 * d41)) : MC_NAN;
+            o_j[184 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d67) : MC_NAN;
+            o_j[193 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d68) : MC_NAN;
+            o_j[202 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d69) : MC_NAN;
+            o_j[158 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_50 + cse_51 + (cse_26 * d55)) : MC_NAN;
+            o_j[159 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_52 + cse_53 + (cse_26 * d56)) : MC_NAN;
+            o_j[160 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_54 + cse_55 + (cse_26 * d57)) : MC_NAN;
+            o_j[161 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_56 + cse_57 + (cse_26 * d58)) : MC_NAN;
+            o_j[162 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_58 + cse_59 + (cse_26 * d59)) : MC_NAN;
+            o_j[163 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_60 + cse_61 + (cse_26 * d60)) : MC_NAN;
+            o_j[167 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_51 + cse_62 + (cse_26 * d43)) : MC_NAN;
+            o_j[168 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_53 + cse_63 + (cse_26 * d45)) : MC_NAN;
+            o_j[169 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_55 + cse_64 + (cse_26 * d47)) : MC_NAN;
+            o_j[170 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_57 + cse_65 + (cse_26 * d49)) : MC_NAN;
+            o_j[171 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_59 + cse_66 + (cse_26 * d51)) : MC_NAN;
+            o_j[172 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_61 + cse_67 + (cse_26 * d53)) : MC_NAN;
+            o_j[176 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_50 + cse_62 + (cse_26 * d44)) : MC_NAN;
+            o_j[177 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_52 + cse_63 + (cse_26 * d46)) : MC_NAN;
+            o_j[178 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_54 + cse_64 + (cse_26 * d48)) : MC_NAN;
+            o_j[179 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_56 + cse_65 + (cse_26 * d50)) : MC_NAN;
+            o_j[180 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_58 + cse_66 + (cse_26 * d52)) : MC_NAN;
+            o_j[181 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_60 + cse_67 + (cse_26 * d54)) : MC_NAN;
+            o_j[185 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d70) : MC_NAN;
+            o_j[186 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d71) : MC_NAN;
+            o_j[187 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d72) : MC_NAN;
+            o_j[188 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d73) : MC_NAN;
+            o_j[189 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d74) : MC_NAN;
+            o_j[190 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d75) : MC_NAN;
+            o_j[194 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d76) : MC_NAN;
+            o_j[195 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d77) : MC_NAN;
+            o_j[196 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d78) : MC_NAN;
+            o_j[197 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d79) : MC_NAN;
+            o_j[198 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d80) : MC_NAN;
+            o_j[199 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d81) : MC_NAN;
+            o_j[203 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d82) : MC_NAN;
+            o_j[204 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d83) : MC_NAN;
+            o_j[205 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d84) : MC_NAN;
+            o_j[206 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d85) : MC_NAN;
+            o_j[207 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d86) : MC_NAN;
+            o_j[208 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d87) : MC_NAN;
+            o_j[164 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_68 + cse_69 + (cse_26 * d63)) : MC_NAN;
+            o_j[173 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_69 + cse_70 + (cse_26 * d61)) : MC_NAN;
+            o_j[182 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_68 + cse_70 + (cse_26 * d62)) : MC_NAN;
+            o_j[191 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d88) : MC_NAN;
+            o_j[200 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d89) : MC_NAN;
+            o_j[209 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d90) : MC_NAN;
+            const real cse_73 = (cse_11 * cse_7);
+            const real cse_74 = (cse_4 * cse_73);
+            const real cse_75 = (cse_74 + (cse_0 * cse_4));
+            const real cse_77 = (cse_74 + (cse_1 * cse_4));
+            const real cse_78 = (cse_74 + (cse_2 * cse_4));
+            const real cse_81 = (p_E * cse_80);
+            const real cse_82 = (cse_0 * cse_81);
+            const real cse_83 = (cse_5 * cse_7);
+            const real cse_84 = (cse_10 * cse_83);
+            const real cse_85 = (cse_73 * cse_81);
+            const real cse_86 = (-cse_85);
+            const real cse_87 = (cse_10 * cse_10);
+            const real cse_88 = (cse_8 * cse_83 * cse_87);
+            const real cse_91 = (cse_1 * cse_81);
+            const real cse_92 = (cse_2 * cse_81);
+            const real cse_93 = (cse_16 * cse_81);
+            const real cse_94 = (cse_18 * cse_81);
+            const real cse_95 = (cse_20 * cse_81);
+            const real cse_211 = (cse_108 * cse_81);
+            const real cse_212 = (cse_145 * cse_81);
+            const real cse_213 = (cse_109 * cse_174);
+            const real cse_214 = (cse_145 * cse_213);
+            const real cse_215 = (cse_85 - (p_E * cse_10 * cse_4 * cse_7) - (((real)2.0) * p_E * p_nu * cse_4 * cse_7 * cse_87));
+            const real cse_216 = (-cse_215 - cse_82);
+            const real cse_217 = (-cse_215 - cse_92);
+            const real cse_218 = (-cse_215 - cse_91);
+            const real cse_220 = (cse_157 * cse_81);
+            const real cse_221 = (cse_157 * cse_213);
+            const real cse_223 = (cse_164 * cse_81);
+            const real cse_224 = (cse_164 * cse_213);
+            const real cse_227 = (cse_173 * cse_213);
+            const real cse_228 = (cse_145 * state_S_3);
+            const real cse_229 = (cse_157 * state_S_3);
+            const real cse_230 = (cse_164 * state_S_3);
+            const real cse_231 = (cse_4 * cse_4 * cse_4 * cse_4);
+            const real cse_233 = (cse_183 * cse_213);
+            const real cse_234 = (cse_145 * state_S_4);
+            const real cse_235 = (cse_157 * state_S_4);
+            const real cse_236 = (cse_164 * state_S_4);
+            const real cse_238 = (cse_170 * cse_20 * cse_213);
+            const real cse_239 = (cse_145 * state_S_5);
+            const real cse_240 = (cse_157 * state_S_5);
+            const real cse_241 = (cse_164 * state_S_5);
+            const real cse_243 = (cse_203 * cse_81);
+            const real cse_244 = (cse_203 * cse_213);
+            if (V & 8) mc_ls3_B[0 * MC_W + l] = (-cse_134 * ((cse_132 * cse_75) + (cse_140 * cse_77) + (cse_143 * cse_78) - (cse_112 * cse_212) - (cse_114 * cse_212) - (cse_145 * cse_211)));
+            if (V & 8) mc_ls3_B[1 * MC_W + l] = (-cse_134 * ((cse_108 * cse_214) + (cse_112 * cse_214) + (cse_114 * cse_214) + (cse_132 * cse_216) + (cse_140 * cse_218) + (cse_143 * cse_217)));
             if (V & 8) mc_ls3_B[2 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[3 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[4 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[5 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[6 * MC_W + l] = (-cse_42 * ((cse_11 * ((cse_13 * cse_70) + (cse_14 * cse_73) + (cse_52 * cse_9))) + (cse_125 * cse_47)));
-            if (V & 8) mc_ls3_B[7 * MC_W + l] = (-cse_42 * ((p_E * ((cse_129 * cse_52) + (cse_130 * cse_70) + (cse_131 * cse_73))) + (cse_133 * cse_47)));
+            if (V & 8) mc_ls3_B[6 * MC_W + l] = (-cse_134 * ((cse_140 * cse_75) + (cse_153 * cse_77) + (cse_155 * cse_78) - (cse_112 * cse_220) - (cse_114 * cse_220) - (cse_157 * cse_211)));
+            if (V & 8) mc_ls3_B[7 * MC_W + l] = (-cse_134 * ((cse_108 * cse_221) + (cse_112 * cse_221) + (cse_114 * cse_221) + (cse_140 * cse_216) + (cse_153 * cse_218) + (cse_155 * cse_217)));
             if (V & 8) mc_ls3_B[8 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[9 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[10 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[11 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[12 * MC_W + l] = (-cse_42 * ((cse_11 * ((cse_13 * cse_73) + (cse_14 * cse_80) + (cse_55 * cse_9))) + (cse_125 * cse_54)));
-            if (V & 8) mc_ls3_B[13 * MC_W + l] = (-cse_42 * ((p_E * ((cse_129 * cse_55) + (cse_130 * cse_73) + (cse_131 * cse_80))) + (cse_133 * cse_54)));
+            if (V & 8) mc_ls3_B[12 * MC_W + l] = (-cse_134 * ((cse_143 * cse_75) + (cse_155 * cse_77) + (cse_162 * cse_78) - (cse_112 * cse_223) - (cse_114 * cse_223) - (cse_164 * cse_211)));
+            if (V & 8) mc_ls3_B[13 * MC_W + l] = (-cse_134 * ((cse_108 * cse_224) + (cse_112 * cse_224) + (cse_114 * cse_224) + (cse_143 * cse_216) + (cse_155 * cse_218) + (cse_162 * cse_217)));
             if (V & 8) mc_ls3_B[14 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[15 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[16 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[17 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[18 * MC_W + l] = (-cse_57 * ((cse_11 * cse_90) + (cse_124 * (-cse_136 - cse_137))));
-            if (V & 8) mc_ls3_B[19 * MC_W + l] = (-cse_57 * ((cse_59 * (cse_139 + (cse_126 * cse_136))) - (cse_29 * cse_90)));
+            if (V & 8) mc_ls3_B[18 * MC_W + l] = (-cse_134 * (-(cse_112 * cse_227) - (cse_114 * cse_227) - (cse_228 * cse_75) - (cse_229 * cse_77) - (cse_230 * cse_78) + (cse_16 * cse_171 * cse_4)));
+            if (V & 8) mc_ls3_B[19 * MC_W + l] = (-cse_134 * (-(cse_171 * cse_93) - (cse_216 * cse_228) - (cse_217 * cse_230) - (cse_218 * cse_229) + (((real)2.0) * cse_112 * cse_127 * cse_129 * cse_16 * cse_175 * cse_231) + (((real)2.0) * cse_114 * cse_127 * cse_129 * cse_16 * cse_175 * cse_231)));
             if (V & 8) mc_ls3_B[20 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[21 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[22 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[23 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[24 * MC_W + l] = (-cse_63 * ((cse_11 * cse_98) + (cse_124 * (-cse_137 - cse_141))));
-            if (V & 8) mc_ls3_B[25 * MC_W + l] = (-cse_63 * ((cse_59 * (cse_139 + (cse_126 * cse_141))) - (cse_29 * cse_98)));
+            if (V & 8) mc_ls3_B[24 * MC_W + l] = (-cse_134 * (-(cse_108 * cse_233) - (cse_114 * cse_233) - (cse_234 * cse_75) - (cse_235 * cse_77) - (cse_236 * cse_78) + (cse_18 * cse_181 * cse_4)));
+            if (V & 8) mc_ls3_B[25 * MC_W + l] = (-cse_134 * (-(cse_181 * cse_94) - (cse_216 * cse_234) - (cse_217 * cse_236) - (cse_218 * cse_235) + (((real)2.0) * cse_108 * cse_127 * cse_129 * cse_175 * cse_18 * cse_231) + (((real)2.0) * cse_114 * cse_127 * cse_129 * cse_175 * cse_18 * cse_231)));
             if (V & 8) mc_ls3_B[26 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[27 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[28 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[29 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[30 * MC_W + l] = (-cse_65 * ((cse_103 * cse_11) + (cse_124 * (-cse_137 - cse_143))));
-            if (V & 8) mc_ls3_B[31 * MC_W + l] = (-cse_65 * ((cse_59 * (cse_139 + (cse_126 * cse_143))) - (cse_103 * cse_29)));
+            if (V & 8) mc_ls3_B[30 * MC_W + l] = (-cse_134 * (-(cse_108 * cse_238) - (cse_112 * cse_238) - (cse_239 * cse_75) - (cse_240 * cse_77) - (cse_241 * cse_78) + (cse_185 * cse_20 * cse_4)));
+            if (V & 8) mc_ls3_B[31 * MC_W + l] = (-cse_134 * (-(cse_185 * cse_95) - (cse_216 * cse_239) - (cse_217 * cse_241) - (cse_218 * cse_240) + (((real)2.0) * cse_108 * cse_127 * cse_129 * cse_175 * cse_20 * cse_231) + (((real)2.0) * cse_112 * cse_127 * cse_129 * cse_175 * cse_20 * cse_231)));
             if (V & 8) mc_ls3_B[32 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[33 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[34 * MC_W + l] = ((real)0.0);
@@ -3962,70 +4158,83 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 8) mc_ls3_B[39 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[40 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[41 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[42 * MC_W + l] = (cse_110 * cse_29 * (cse_137 + cse_145));
-            if (V & 8) mc_ls3_B[43 * MC_W + l] = (cse_110 * cse_38 * ((cse_11 * cse_138) - (cse_145 * cse_58)));
-            if (V & 8) mc_ls3_B[44 * MC_W + l] = (-cse_119 * state_internal_ep);
-            if (V & 8) mc_ls3_B[45 * MC_W + l] = (-cse_119);
-            if (V & 8) mc_ls3_B[46 * MC_W + l] = (-cse_108 * nx_3 * (cse_107 * cse_107));
-            if (V & 8) mc_ls3_B[47 * MC_W + l] = (cse_146 > 0 ? (nx_4 * mc_log(cse_146)) : ((real)0.0));
-            if (V & 8) v_cse_25[l] = cse_25;
-            if (V & 8) v_cse_28[l] = cse_28;
-            if (V & 8) v_cse_29[l] = cse_29;
+            if (V & 8) mc_ls3_B[42 * MC_W + l] = (cse_196 * ((cse_112 * cse_243) + (cse_114 * cse_243) + (cse_189 * cse_75) + (cse_199 * cse_77) + (cse_201 * cse_78) + (cse_203 * cse_211)));
+            if (V & 8) mc_ls3_B[43 * MC_W + l] = (cse_196 * (-(cse_108 * cse_244) - (cse_112 * cse_244) - (cse_114 * cse_244) + (cse_126 * cse_128 * cse_216) + (cse_128 * cse_138 * cse_218) + (cse_128 * cse_142 * cse_217)));
+            if (V & 8) mc_ls3_B[44 * MC_W + l] = (-cse_208 * state_internal_ep);
+            if (V & 8) mc_ls3_B[45 * MC_W + l] = (-cse_208);
+            if (V & 8) mc_ls3_B[46 * MC_W + l] = (-cse_192 * cse_195 * (cse_190 * cse_190));
+            if (V & 8) mc_ls3_B[47 * MC_W + l] = (cse_193 > 0 ? (cse_194 * mc_log(cse_193)) : ((real)0.0));
+            if (V & 8) v_cse_75[l] = cse_75;
+            if (V & 8) v_cse_77[l] = cse_77;
+            if (V & 8) v_cse_78[l] = cse_78;
+            if (V & 8) v_cse_82[l] = cse_82;
+            if (V & 8) v_cse_84[l] = cse_84;
+            if (V & 8) v_cse_86[l] = cse_86;
+            if (V & 8) v_cse_88[l] = cse_88;
+            if (V & 8) v_cse_91[l] = cse_91;
+            if (V & 8) v_cse_92[l] = cse_92;
+            if (V & 8) v_cse_93[l] = cse_93;
+            if (V & 8) v_cse_94[l] = cse_94;
+            if (V & 8) v_cse_95[l] = cse_95;
         }
     }
     if (V & 8) {
         mc_lu_apply(8, 6, mc_ls1_A, mc_ls1_piv, mc_ls3_B);
     }
     MC_SIMD MC_LANES {
-        const real cse_11 = v_cse_11[l];
-        const real cse_21 = v_cse_21[l];
-        const real cse_25 = v_cse_25[l];
-        const real cse_9 = v_cse_9[l];
-        const real d91 = (mc_ls3_B + 0 * MC_W)[l];
-        const real d92 = (mc_ls3_B + 6 * MC_W)[l];
-        const real d93 = (mc_ls3_B + 12 * MC_W)[l];
-        const int perzyna_iso_return_map_converged = v_perzyna_iso_return_map_converged[l];
-        const real cse_13 = v_cse_13[l];
-        const real cse_14 = v_cse_14[l];
-        const real cse_15 = v_cse_15[l];
-        const real cse_24 = v_cse_24[l];
-        const real d94 = (mc_ls3_B + 18 * MC_W)[l];
-        const real cse_17 = v_cse_17[l];
-        const real d95 = (mc_ls3_B + 24 * MC_W)[l];
-        const real cse_19 = v_cse_19[l];
-        const real d96 = (mc_ls3_B + 30 * MC_W)[l];
-        const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
-        const real cse_23 = v_cse_23[l];
+        const real cse_22 = v_cse_22[l];
+        const real d91 = (mc_ls3_B + 6 * MC_W)[l];
+        const real d92 = (mc_ls3_B + 12 * MC_W)[l];
+        const real d93 = (mc_ls3_B + 0 * MC_W)[l];
+        const real d94 = (mc_ls3_B + 7 * MC_W)[l];
+        const real cse_84 = v_cse_84[l];
+        const real cse_86 = v_cse_86[l];
+        const real cse_88 = v_cse_88[l];
+        const real d95 = (mc_ls3_B + 13 * MC_W)[l];
+        const real d96 = (mc_ls3_B + 1 * MC_W)[l];
+        const real d97 = (mc_ls3_B + 8 * MC_W)[l];
+        const real d98 = (mc_ls3_B + 14 * MC_W)[l];
+        const real d99 = (mc_ls3_B + 2 * MC_W)[l];
+        const real d100 = (mc_ls3_B + 9 * MC_W)[l];
+        const real d101 = (mc_ls3_B + 15 * MC_W)[l];
+        const real d102 = (mc_ls3_B + 3 * MC_W)[l];
+        const real d103 = (mc_ls3_B + 10 * MC_W)[l];
+        const real d104 = (mc_ls3_B + 16 * MC_W)[l];
+        const real d105 = (mc_ls3_B + 4 * MC_W)[l];
+        const real d106 = (mc_ls3_B + 11 * MC_W)[l];
+        const real d107 = (mc_ls3_B + 17 * MC_W)[l];
+        const real d108 = (mc_ls3_B + 5 * MC_W)[l];
         const real cse_26 = v_cse_26[l];
-        const real cse_28 = v_cse_28[l];
-        const real d97 = (mc_ls3_B + 1 * MC_W)[l];
-        const real d98 = (mc_ls3_B + 7 * MC_W)[l];
-        const real d99 = (mc_ls3_B + 13 * MC_W)[l];
-        const real cse_29 = v_cse_29[l];
-        const real d100 = (mc_ls3_B + 19 * MC_W)[l];
-        const real d101 = (mc_ls3_B + 25 * MC_W)[l];
-        const real d102 = (mc_ls3_B + 31 * MC_W)[l];
-        const real d103 = (mc_ls3_B + 2 * MC_W)[l];
-        const real d104 = (mc_ls3_B + 8 * MC_W)[l];
-        const real d105 = (mc_ls3_B + 14 * MC_W)[l];
-        const real d106 = (mc_ls3_B + 20 * MC_W)[l];
-        const real d107 = (mc_ls3_B + 26 * MC_W)[l];
-        const real d108 = (mc_ls3_B + 32 * MC_W)[l];
-        const real d109 = (mc_ls3_B + 3 * MC_W)[l];
-        const real d110 = (mc_ls3_B + 9 * MC_W)[l];
-        const real d111 = (mc_ls3_B + 15 * MC_W)[l];
-        const real d112 = (mc_ls3_B + 21 * MC_W)[l];
-        const real d113 = (mc_ls3_B + 27 * MC_W)[l];
-        const real d114 = (mc_ls3_B + 33 * MC_W)[l];
-        const real d115 = (mc_ls3_B + 4 * MC_W)[l];
-        const real d116 = (mc_ls3_B + 10 * MC_W)[l];
-        const real d117 = (mc_ls3_B + 16 * MC_W)[l];
-        const real d118 = (mc_ls3_B + 22 * MC_W)[l];
-        const real d119 = (mc_ls3_B + 28 * MC_W)[l];
-        const real d120 = (mc_ls3_B + 34 * MC_W)[l];
-        const real d121 = (mc_ls3_B + 5 * MC_W)[l];
-        const real d122 = (mc_ls3_B + 11 * MC_W)[l];
-        const real d123 = (mc_ls3_B + 17 * MC_W)[l];
+        const real cse_75 = v_cse_75[l];
+        const int perzyna_iso_return_map_converged = v_perzyna_iso_return_map_converged[l];
+        const real cse_77 = v_cse_77[l];
+        const real cse_78 = v_cse_78[l];
+        const real cse_16 = v_cse_16[l];
+        const real cse_4 = v_cse_4[l];
+        const real cse_43 = v_cse_43[l];
+        const real d109 = (mc_ls3_B + 18 * MC_W)[l];
+        const real cse_18 = v_cse_18[l];
+        const real d110 = (mc_ls3_B + 24 * MC_W)[l];
+        const real cse_20 = v_cse_20[l];
+        const real d111 = (mc_ls3_B + 30 * MC_W)[l];
+        const real cse_82 = v_cse_82[l];
+        const real cse_91 = v_cse_91[l];
+        const real cse_92 = v_cse_92[l];
+        const real cse_93 = v_cse_93[l];
+        const real d112 = (mc_ls3_B + 19 * MC_W)[l];
+        const real cse_94 = v_cse_94[l];
+        const real d113 = (mc_ls3_B + 25 * MC_W)[l];
+        const real cse_95 = v_cse_95[l];
+        const real d114 = (mc_ls3_B + 31 * MC_W)[l];
+        const real d115 = (mc_ls3_B + 20 * MC_W)[l];
+        const real d116 = (mc_ls3_B + 26 * MC_W)[l];
+        const real d117 = (mc_ls3_B + 32 * MC_W)[l];
+        const real d118 = (mc_ls3_B + 21 * MC_W)[l];
+        const real d119 = (mc_ls3_B + 27 * MC_W)[l];
+        const real d120 = (mc_ls3_B + 33 * MC_W)[l];
+        const real d121 = (mc_ls3_B + 22 * MC_W)[l];
+        const real d122 = (mc_ls3_B + 28 * MC_W)[l];
+        const real d123 = (mc_ls3_B + 34 * MC_W)[l];
         const real d124 = (mc_ls3_B + 23 * MC_W)[l];
         const real d125 = (mc_ls3_B + 29 * MC_W)[l];
         const real d126 = (mc_ls3_B + 35 * MC_W)[l];
@@ -4037,65 +4246,65 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real state_internal_Ep_5 = v_state_internal_Ep_5[l];
         const real state_internal_ep = v_state_internal_ep[l];
         const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
-        const real d1 = (mc_ls1_B + 0 * MC_W)[l];
-        const real d4 = (mc_ls1_B + 1 * MC_W)[l];
-        const real d7 = (mc_ls1_B + 2 * MC_W)[l];
-        const real d10 = (mc_ls1_B + 3 * MC_W)[l];
-        const real d13 = (mc_ls1_B + 4 * MC_W)[l];
-        const real d16 = (mc_ls1_B + 5 * MC_W)[l];
-        const real d37 = (mc_ls2_B + 0 * MC_W)[l];
-        const real d43 = (mc_ls2_B + 1 * MC_W)[l];
-        const real d49 = (mc_ls2_B + 2 * MC_W)[l];
-        const real d52 = (mc_ls2_B + 3 * MC_W)[l];
-        const real d55 = (mc_ls2_B + 4 * MC_W)[l];
+        const real d13 = (mc_ls1_B + 0 * MC_W)[l];
+        const real d14 = (mc_ls1_B + 1 * MC_W)[l];
+        const real d15 = (mc_ls1_B + 2 * MC_W)[l];
+        const real d16 = (mc_ls1_B + 3 * MC_W)[l];
+        const real d17 = (mc_ls1_B + 4 * MC_W)[l];
+        const real d18 = (mc_ls1_B + 5 * MC_W)[l];
+        const real d39 = (mc_ls2_B + 0 * MC_W)[l];
+        const real d42 = (mc_ls2_B + 1 * MC_W)[l];
+        const real d55 = (mc_ls2_B + 2 * MC_W)[l];
+        const real d56 = (mc_ls2_B + 3 * MC_W)[l];
+        const real d57 = (mc_ls2_B + 4 * MC_W)[l];
         const real d58 = (mc_ls2_B + 5 * MC_W)[l];
-        const real d61 = (mc_ls2_B + 6 * MC_W)[l];
-        const real d64 = (mc_ls2_B + 7 * MC_W)[l];
-        const real d85 = (mc_ls2_B + 8 * MC_W)[l];
+        const real d59 = (mc_ls2_B + 6 * MC_W)[l];
+        const real d60 = (mc_ls2_B + 7 * MC_W)[l];
+        const real d63 = (mc_ls2_B + 8 * MC_W)[l];
         const real d2 = (mc_ls1_B + 6 * MC_W)[l];
-        const real d5 = (mc_ls1_B + 7 * MC_W)[l];
-        const real d8 = (mc_ls1_B + 8 * MC_W)[l];
-        const real d11 = (mc_ls1_B + 9 * MC_W)[l];
-        const real d14 = (mc_ls1_B + 10 * MC_W)[l];
-        const real d17 = (mc_ls1_B + 11 * MC_W)[l];
-        const real d38 = (mc_ls2_B + 9 * MC_W)[l];
-        const real d44 = (mc_ls2_B + 10 * MC_W)[l];
-        const real d50 = (mc_ls2_B + 11 * MC_W)[l];
-        const real d53 = (mc_ls2_B + 12 * MC_W)[l];
-        const real d56 = (mc_ls2_B + 13 * MC_W)[l];
-        const real d59 = (mc_ls2_B + 14 * MC_W)[l];
-        const real d62 = (mc_ls2_B + 15 * MC_W)[l];
-        const real d65 = (mc_ls2_B + 16 * MC_W)[l];
-        const real d86 = (mc_ls2_B + 17 * MC_W)[l];
-        const real d3 = (mc_ls1_B + 12 * MC_W)[l];
-        const real d6 = (mc_ls1_B + 13 * MC_W)[l];
-        const real d9 = (mc_ls1_B + 14 * MC_W)[l];
-        const real d12 = (mc_ls1_B + 15 * MC_W)[l];
-        const real d15 = (mc_ls1_B + 16 * MC_W)[l];
-        const real d18 = (mc_ls1_B + 17 * MC_W)[l];
-        const real d39 = (mc_ls2_B + 18 * MC_W)[l];
-        const real d45 = (mc_ls2_B + 19 * MC_W)[l];
-        const real d51 = (mc_ls2_B + 20 * MC_W)[l];
-        const real d54 = (mc_ls2_B + 21 * MC_W)[l];
-        const real d57 = (mc_ls2_B + 22 * MC_W)[l];
-        const real d60 = (mc_ls2_B + 23 * MC_W)[l];
-        const real d63 = (mc_ls2_B + 24 * MC_W)[l];
-        const real d66 = (mc_ls2_B + 25 * MC_W)[l];
-        const real d87 = (mc_ls2_B + 26 * MC_W)[l];
+        const real d4 = (mc_ls1_B + 7 * MC_W)[l];
+        const real d5 = (mc_ls1_B + 8 * MC_W)[l];
+        const real d7 = (mc_ls1_B + 9 * MC_W)[l];
+        const real d9 = (mc_ls1_B + 10 * MC_W)[l];
+        const real d11 = (mc_ls1_B + 11 * MC_W)[l];
+        const real d37 = (mc_ls2_B + 9 * MC_W)[l];
+        const real d40 = (mc_ls2_B + 10 * MC_W)[l];
+        const real d43 = (mc_ls2_B + 11 * MC_W)[l];
+        const real d45 = (mc_ls2_B + 12 * MC_W)[l];
+        const real d47 = (mc_ls2_B + 13 * MC_W)[l];
+        const real d49 = (mc_ls2_B + 14 * MC_W)[l];
+        const real d51 = (mc_ls2_B + 15 * MC_W)[l];
+        const real d53 = (mc_ls2_B + 16 * MC_W)[l];
+        const real d61 = (mc_ls2_B + 17 * MC_W)[l];
+        const real d1 = (mc_ls1_B + 12 * MC_W)[l];
+        const real d3 = (mc_ls1_B + 13 * MC_W)[l];
+        const real d6 = (mc_ls1_B + 14 * MC_W)[l];
+        const real d8 = (mc_ls1_B + 15 * MC_W)[l];
+        const real d10 = (mc_ls1_B + 16 * MC_W)[l];
+        const real d12 = (mc_ls1_B + 17 * MC_W)[l];
+        const real d38 = (mc_ls2_B + 18 * MC_W)[l];
+        const real d41 = (mc_ls2_B + 19 * MC_W)[l];
+        const real d44 = (mc_ls2_B + 20 * MC_W)[l];
+        const real d46 = (mc_ls2_B + 21 * MC_W)[l];
+        const real d48 = (mc_ls2_B + 22 * MC_W)[l];
+        const real d50 = (mc_ls2_B + 23 * MC_W)[l];
+        const real d52 = (mc_ls2_B + 24 * MC_W)[l];
+        const real d54 = (mc_ls2_B + 25 * MC_W)[l];
+        const real d62 = (mc_ls2_B + 26 * MC_W)[l];
         const real d19 = (mc_ls1_B + 18 * MC_W)[l];
         const real d20 = (mc_ls1_B + 19 * MC_W)[l];
         const real d21 = (mc_ls1_B + 20 * MC_W)[l];
         const real d22 = (mc_ls1_B + 21 * MC_W)[l];
         const real d23 = (mc_ls1_B + 22 * MC_W)[l];
         const real d24 = (mc_ls1_B + 23 * MC_W)[l];
-        const real d40 = (mc_ls2_B + 27 * MC_W)[l];
-        const real d46 = (mc_ls2_B + 28 * MC_W)[l];
-        const real d67 = (mc_ls2_B + 29 * MC_W)[l];
-        const real d68 = (mc_ls2_B + 30 * MC_W)[l];
-        const real d69 = (mc_ls2_B + 31 * MC_W)[l];
-        const real d70 = (mc_ls2_B + 32 * MC_W)[l];
-        const real d71 = (mc_ls2_B + 33 * MC_W)[l];
-        const real d72 = (mc_ls2_B + 34 * MC_W)[l];
+        const real d64 = (mc_ls2_B + 27 * MC_W)[l];
+        const real d67 = (mc_ls2_B + 28 * MC_W)[l];
+        const real d70 = (mc_ls2_B + 29 * MC_W)[l];
+        const real d71 = (mc_ls2_B + 30 * MC_W)[l];
+        const real d72 = (mc_ls2_B + 31 * MC_W)[l];
+        const real d73 = (mc_ls2_B + 32 * MC_W)[l];
+        const real d74 = (mc_ls2_B + 33 * MC_W)[l];
+        const real d75 = (mc_ls2_B + 34 * MC_W)[l];
         const real d88 = (mc_ls2_B + 35 * MC_W)[l];
         const real d25 = (mc_ls1_B + 24 * MC_W)[l];
         const real d26 = (mc_ls1_B + 25 * MC_W)[l];
@@ -4103,14 +4312,14 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real d28 = (mc_ls1_B + 27 * MC_W)[l];
         const real d29 = (mc_ls1_B + 28 * MC_W)[l];
         const real d30 = (mc_ls1_B + 29 * MC_W)[l];
-        const real d41 = (mc_ls2_B + 36 * MC_W)[l];
-        const real d47 = (mc_ls2_B + 37 * MC_W)[l];
-        const real d73 = (mc_ls2_B + 38 * MC_W)[l];
-        const real d74 = (mc_ls2_B + 39 * MC_W)[l];
-        const real d75 = (mc_ls2_B + 40 * MC_W)[l];
-        const real d76 = (mc_ls2_B + 41 * MC_W)[l];
-        const real d77 = (mc_ls2_B + 42 * MC_W)[l];
-        const real d78 = (mc_ls2_B + 43 * MC_W)[l];
+        const real d65 = (mc_ls2_B + 36 * MC_W)[l];
+        const real d68 = (mc_ls2_B + 37 * MC_W)[l];
+        const real d76 = (mc_ls2_B + 38 * MC_W)[l];
+        const real d77 = (mc_ls2_B + 39 * MC_W)[l];
+        const real d78 = (mc_ls2_B + 40 * MC_W)[l];
+        const real d79 = (mc_ls2_B + 41 * MC_W)[l];
+        const real d80 = (mc_ls2_B + 42 * MC_W)[l];
+        const real d81 = (mc_ls2_B + 43 * MC_W)[l];
         const real d89 = (mc_ls2_B + 44 * MC_W)[l];
         const real d31 = (mc_ls1_B + 30 * MC_W)[l];
         const real d32 = (mc_ls1_B + 31 * MC_W)[l];
@@ -4118,14 +4327,14 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real d34 = (mc_ls1_B + 33 * MC_W)[l];
         const real d35 = (mc_ls1_B + 34 * MC_W)[l];
         const real d36 = (mc_ls1_B + 35 * MC_W)[l];
-        const real d42 = (mc_ls2_B + 45 * MC_W)[l];
-        const real d48 = (mc_ls2_B + 46 * MC_W)[l];
-        const real d79 = (mc_ls2_B + 47 * MC_W)[l];
-        const real d80 = (mc_ls2_B + 48 * MC_W)[l];
-        const real d81 = (mc_ls2_B + 49 * MC_W)[l];
-        const real d82 = (mc_ls2_B + 50 * MC_W)[l];
-        const real d83 = (mc_ls2_B + 51 * MC_W)[l];
-        const real d84 = (mc_ls2_B + 52 * MC_W)[l];
+        const real d66 = (mc_ls2_B + 45 * MC_W)[l];
+        const real d69 = (mc_ls2_B + 46 * MC_W)[l];
+        const real d82 = (mc_ls2_B + 47 * MC_W)[l];
+        const real d83 = (mc_ls2_B + 48 * MC_W)[l];
+        const real d84 = (mc_ls2_B + 49 * MC_W)[l];
+        const real d85 = (mc_ls2_B + 50 * MC_W)[l];
+        const real d86 = (mc_ls2_B + 51 * MC_W)[l];
+        const real d87 = (mc_ls2_B + 52 * MC_W)[l];
         const real d90 = (mc_ls2_B + 53 * MC_W)[l];
         const real d127 = (mc_ls1_B + 36 * MC_W)[l];
         const real d128 = (mc_ls1_B + 37 * MC_W)[l];
@@ -4171,42 +4380,60 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real d168 = (mc_ls3_B + 47 * MC_W)[l];
         const int perzyna_iso_return_map_iterations = v_perzyna_iso_return_map_iterations[l];
         const real perzyna_iso_return_map_residual_norm = v_perzyna_iso_return_map_residual_norm[l];
-        if (V & 8) o_j[258 * MC_W + l] = perzyna_iso_return_map_converged ? ((cse_11 * (cse_9 + (cse_25 * d91))) - (cse_21 * (d92 + d93))) : MC_NAN;
-        if (V & 8) o_j[264 * MC_W + l] = perzyna_iso_return_map_converged ? ((cse_11 * (cse_13 + (cse_25 * d92))) - (cse_21 * (d91 + d93))) : MC_NAN;
-        if (V & 8) o_j[270 * MC_W + l] = perzyna_iso_return_map_converged ? ((cse_11 * (cse_14 + (cse_25 * d93))) - (cse_21 * (d91 + d92))) : MC_NAN;
-        if (V & 8) o_j[276 * MC_W + l] = perzyna_iso_return_map_converged ? ((cse_11 * cse_15) + (cse_24 * d94)) : MC_NAN;
-        if (V & 8) o_j[282 * MC_W + l] = perzyna_iso_return_map_converged ? ((cse_11 * cse_17) + (cse_24 * d95)) : MC_NAN;
-        if (V & 8) o_j[288 * MC_W + l] = perzyna_iso_return_map_converged ? ((cse_11 * cse_19) + (cse_24 * d96)) : MC_NAN;
-        if (V & 8) o_j[259 * MC_W + l] = perzyna_iso_return_map_converged ? ((p_E * ((cse_11 * (cse_28 + (cse_23 * d97))) - (cse_26 * cse_9))) - (cse_21 * (d98 + d99))) : MC_NAN;
-        if (V & 8) o_j[265 * MC_W + l] = perzyna_iso_return_map_converged ? ((p_E * ((cse_11 * (cse_28 + (cse_23 * d98))) - (cse_13 * cse_26))) - (cse_21 * (d97 + d99))) : MC_NAN;
-        if (V & 8) o_j[271 * MC_W + l] = perzyna_iso_return_map_converged ? ((p_E * ((cse_11 * (cse_28 + (cse_23 * d99))) - (cse_14 * cse_26))) - (cse_21 * (d97 + d98))) : MC_NAN;
-        if (V & 8) o_j[277 * MC_W + l] = perzyna_iso_return_map_converged ? ((cse_24 * d100) - (cse_15 * cse_29)) : MC_NAN;
-        if (V & 8) o_j[283 * MC_W + l] = perzyna_iso_return_map_converged ? ((cse_24 * d101) - (cse_17 * cse_29)) : MC_NAN;
-        if (V & 8) o_j[289 * MC_W + l] = perzyna_iso_return_map_converged ? ((cse_24 * d102) - (cse_19 * cse_29)) : MC_NAN;
-        if (V & 8) o_j[260 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d104 + d105)) + (p_E * cse_11 * cse_23 * d103)) : MC_NAN;
-        if (V & 8) o_j[266 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d103 + d105)) + (p_E * cse_11 * cse_23 * d104)) : MC_NAN;
-        if (V & 8) o_j[272 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d103 + d104)) + (p_E * cse_11 * cse_23 * d105)) : MC_NAN;
-        if (V & 8) o_j[278 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d106) : MC_NAN;
-        if (V & 8) o_j[284 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d107) : MC_NAN;
-        if (V & 8) o_j[290 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d108) : MC_NAN;
-        if (V & 8) o_j[261 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d110 + d111)) + (p_E * cse_11 * cse_23 * d109)) : MC_NAN;
-        if (V & 8) o_j[267 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d109 + d111)) + (p_E * cse_11 * cse_23 * d110)) : MC_NAN;
-        if (V & 8) o_j[273 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d109 + d110)) + (p_E * cse_11 * cse_23 * d111)) : MC_NAN;
-        if (V & 8) o_j[279 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d112) : MC_NAN;
-        if (V & 8) o_j[285 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d113) : MC_NAN;
-        if (V & 8) o_j[291 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d114) : MC_NAN;
-        if (V & 8) o_j[262 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d116 + d117)) + (p_E * cse_11 * cse_23 * d115)) : MC_NAN;
-        if (V & 8) o_j[268 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d115 + d117)) + (p_E * cse_11 * cse_23 * d116)) : MC_NAN;
-        if (V & 8) o_j[274 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d115 + d116)) + (p_E * cse_11 * cse_23 * d117)) : MC_NAN;
-        if (V & 8) o_j[280 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d118) : MC_NAN;
-        if (V & 8) o_j[286 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d119) : MC_NAN;
-        if (V & 8) o_j[292 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d120) : MC_NAN;
-        if (V & 8) o_j[263 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d122 + d123)) + (p_E * cse_11 * cse_23 * d121)) : MC_NAN;
-        if (V & 8) o_j[269 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d121 + d123)) + (p_E * cse_11 * cse_23 * d122)) : MC_NAN;
-        if (V & 8) o_j[275 * MC_W + l] = perzyna_iso_return_map_converged ? (-(cse_21 * (d121 + d122)) + (p_E * cse_11 * cse_23 * d123)) : MC_NAN;
-        if (V & 8) o_j[281 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d124) : MC_NAN;
-        if (V & 8) o_j[287 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d125) : MC_NAN;
-        if (V & 8) o_j[293 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 * d126) : MC_NAN;
+        const real cse_71 = (cse_22 * d91);
+        const real cse_72 = (cse_22 * d92);
+        const real cse_76 = (cse_22 * d93);
+        const real cse_79 = (cse_22 * d94);
+        const real cse_89 = (cse_84 + cse_86 + cse_88 + (cse_22 * d95));
+        const real cse_90 = (cse_22 * d96);
+        const real cse_96 = (cse_22 * d97);
+        const real cse_97 = (cse_22 * d98);
+        const real cse_98 = (cse_22 * d99);
+        const real cse_99 = (cse_22 * d100);
+        const real cse_100 = (cse_22 * d101);
+        const real cse_101 = (cse_22 * d102);
+        const real cse_102 = (cse_22 * d103);
+        const real cse_103 = (cse_22 * d104);
+        const real cse_104 = (cse_22 * d105);
+        const real cse_105 = (cse_22 * d106);
+        const real cse_106 = (cse_22 * d107);
+        const real cse_107 = (cse_22 * d108);
+        if (V & 8) o_j[258 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_71 + cse_72 + cse_75 + (cse_26 * d93)) : MC_NAN;
+        if (V & 8) o_j[264 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_72 + cse_76 + cse_77 + (cse_26 * d91)) : MC_NAN;
+        if (V & 8) o_j[270 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_71 + cse_76 + cse_78 + (cse_26 * d92)) : MC_NAN;
+        if (V & 8) o_j[276 * MC_W + l] = perzyna_iso_return_map_converged ? ((cse_16 * cse_4) + (cse_43 * d109)) : MC_NAN;
+        if (V & 8) o_j[282 * MC_W + l] = perzyna_iso_return_map_converged ? ((cse_18 * cse_4) + (cse_43 * d110)) : MC_NAN;
+        if (V & 8) o_j[288 * MC_W + l] = perzyna_iso_return_map_converged ? ((cse_20 * cse_4) + (cse_43 * d111)) : MC_NAN;
+        if (V & 8) o_j[259 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_79 + cse_89 - cse_82 + (cse_26 * d96)) : MC_NAN;
+        if (V & 8) o_j[265 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_89 + cse_90 - cse_91 + (cse_26 * d94)) : MC_NAN;
+        if (V & 8) o_j[271 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_79 + cse_84 + cse_86 + cse_88 + cse_90 - cse_92 + (cse_26 * d95)) : MC_NAN;
+        if (V & 8) o_j[277 * MC_W + l] = perzyna_iso_return_map_converged ? (-cse_93 + (cse_43 * d112)) : MC_NAN;
+        if (V & 8) o_j[283 * MC_W + l] = perzyna_iso_return_map_converged ? (-cse_94 + (cse_43 * d113)) : MC_NAN;
+        if (V & 8) o_j[289 * MC_W + l] = perzyna_iso_return_map_converged ? (-cse_95 + (cse_43 * d114)) : MC_NAN;
+        if (V & 8) o_j[260 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_96 + cse_97 + (cse_26 * d99)) : MC_NAN;
+        if (V & 8) o_j[266 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_97 + cse_98 + (cse_26 * d97)) : MC_NAN;
+        if (V & 8) o_j[272 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_96 + cse_98 + (cse_26 * d98)) : MC_NAN;
+        if (V & 8) o_j[278 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d115) : MC_NAN;
+        if (V & 8) o_j[284 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d116) : MC_NAN;
+        if (V & 8) o_j[290 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d117) : MC_NAN;
+        if (V & 8) o_j[261 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_100 + cse_99 + (cse_26 * d102)) : MC_NAN;
+        if (V & 8) o_j[267 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_100 + cse_101 + (cse_26 * d100)) : MC_NAN;
+        if (V & 8) o_j[273 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_101 + cse_99 + (cse_26 * d101)) : MC_NAN;
+        if (V & 8) o_j[279 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d118) : MC_NAN;
+        if (V & 8) o_j[285 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d119) : MC_NAN;
+        if (V & 8) o_j[291 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d120) : MC_NAN;
+        if (V & 8) o_j[262 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_102 + cse_103 + (cse_26 * d105)) : MC_NAN;
+        if (V & 8) o_j[268 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_103 + cse_104 + (cse_26 * d103)) : MC_NAN;
+        if (V & 8) o_j[274 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_102 + cse_104 + (cse_26 * d104)) : MC_NAN;
+        if (V & 8) o_j[280 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d121) : MC_NAN;
+        if (V & 8) o_j[286 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d122) : MC_NAN;
+        if (V & 8) o_j[292 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d123) : MC_NAN;
+        if (V & 8) o_j[263 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_105 + cse_106 + (cse_26 * d108)) : MC_NAN;
+        if (V & 8) o_j[269 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_106 + cse_107 + (cse_26 * d106)) : MC_NAN;
+        if (V & 8) o_j[275 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_105 + cse_107 + (cse_26 * d107)) : MC_NAN;
+        if (V & 8) o_j[281 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d124) : MC_NAN;
+        if (V & 8) o_j[287 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d125) : MC_NAN;
+        if (V & 8) o_j[293 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d126) : MC_NAN;
         o_y[0 * MC_W + l] = perzyna_iso_return_map_converged ? state_internal_Ep_0 : MC_NAN;
         o_y[1 * MC_W + l] = perzyna_iso_return_map_converged ? state_internal_Ep_1 : MC_NAN;
         o_y[2 * MC_W + l] = perzyna_iso_return_map_converged ? state_internal_Ep_2 : MC_NAN;
@@ -4215,65 +4442,65 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         o_y[5 * MC_W + l] = perzyna_iso_return_map_converged ? state_internal_Ep_5 : MC_NAN;
         o_y[6 * MC_W + l] = perzyna_iso_return_map_converged ? state_internal_ep : MC_NAN;
         o_y[7 * MC_W + l] = perzyna_iso_return_map_converged ? state_internal_gamma_rate : MC_NAN;
-        if (V & 12) o_j[36 * MC_W + l] = perzyna_iso_return_map_converged ? d1 : MC_NAN;
-        if (V & 12) o_j[37 * MC_W + l] = perzyna_iso_return_map_converged ? d4 : MC_NAN;
-        if (V & 12) o_j[38 * MC_W + l] = perzyna_iso_return_map_converged ? d7 : MC_NAN;
-        if (V & 12) o_j[39 * MC_W + l] = perzyna_iso_return_map_converged ? d10 : MC_NAN;
-        if (V & 12) o_j[40 * MC_W + l] = perzyna_iso_return_map_converged ? d13 : MC_NAN;
-        if (V & 12) o_j[41 * MC_W + l] = perzyna_iso_return_map_converged ? d16 : MC_NAN;
-        if (V & 12) o_j[42 * MC_W + l] = perzyna_iso_return_map_converged ? d37 : MC_NAN;
-        if (V & 12) o_j[43 * MC_W + l] = perzyna_iso_return_map_converged ? d43 : MC_NAN;
-        if (V & 12) o_j[44 * MC_W + l] = perzyna_iso_return_map_converged ? d49 : MC_NAN;
-        if (V & 12) o_j[45 * MC_W + l] = perzyna_iso_return_map_converged ? d52 : MC_NAN;
-        if (V & 12) o_j[46 * MC_W + l] = perzyna_iso_return_map_converged ? d55 : MC_NAN;
+        if (V & 12) o_j[36 * MC_W + l] = perzyna_iso_return_map_converged ? d13 : MC_NAN;
+        if (V & 12) o_j[37 * MC_W + l] = perzyna_iso_return_map_converged ? d14 : MC_NAN;
+        if (V & 12) o_j[38 * MC_W + l] = perzyna_iso_return_map_converged ? d15 : MC_NAN;
+        if (V & 12) o_j[39 * MC_W + l] = perzyna_iso_return_map_converged ? d16 : MC_NAN;
+        if (V & 12) o_j[40 * MC_W + l] = perzyna_iso_return_map_converged ? d17 : MC_NAN;
+        if (V & 12) o_j[41 * MC_W + l] = perzyna_iso_return_map_converged ? d18 : MC_NAN;
+        if (V & 12) o_j[42 * MC_W + l] = perzyna_iso_return_map_converged ? d39 : MC_NAN;
+        if (V & 12) o_j[43 * MC_W + l] = perzyna_iso_return_map_converged ? d42 : MC_NAN;
+        if (V & 12) o_j[44 * MC_W + l] = perzyna_iso_return_map_converged ? d55 : MC_NAN;
+        if (V & 12) o_j[45 * MC_W + l] = perzyna_iso_return_map_converged ? d56 : MC_NAN;
+        if (V & 12) o_j[46 * MC_W + l] = perzyna_iso_return_map_converged ? d57 : MC_NAN;
         if (V & 12) o_j[47 * MC_W + l] = perzyna_iso_return_map_converged ? d58 : MC_NAN;
-        if (V & 12) o_j[48 * MC_W + l] = perzyna_iso_return_map_converged ? d61 : MC_NAN;
-        if (V & 12) o_j[49 * MC_W + l] = perzyna_iso_return_map_converged ? d64 : MC_NAN;
-        if (V & 12) o_j[50 * MC_W + l] = perzyna_iso_return_map_converged ? d85 : MC_NAN;
+        if (V & 12) o_j[48 * MC_W + l] = perzyna_iso_return_map_converged ? d59 : MC_NAN;
+        if (V & 12) o_j[49 * MC_W + l] = perzyna_iso_return_map_converged ? d60 : MC_NAN;
+        if (V & 12) o_j[50 * MC_W + l] = perzyna_iso_return_map_converged ? d63 : MC_NAN;
         if (V & 12) o_j[51 * MC_W + l] = perzyna_iso_return_map_converged ? d2 : MC_NAN;
-        if (V & 12) o_j[52 * MC_W + l] = perzyna_iso_return_map_converged ? d5 : MC_NAN;
-        if (V & 12) o_j[53 * MC_W + l] = perzyna_iso_return_map_converged ? d8 : MC_NAN;
-        if (V & 12) o_j[54 * MC_W + l] = perzyna_iso_return_map_converged ? d11 : MC_NAN;
-        if (V & 12) o_j[55 * MC_W + l] = perzyna_iso_return_map_converged ? d14 : MC_NAN;
-        if (V & 12) o_j[56 * MC_W + l] = perzyna_iso_return_map_converged ? d17 : MC_NAN;
-        if (V & 12) o_j[57 * MC_W + l] = perzyna_iso_return_map_converged ? d38 : MC_NAN;
-        if (V & 12) o_j[58 * MC_W + l] = perzyna_iso_return_map_converged ? d44 : MC_NAN;
-        if (V & 12) o_j[59 * MC_W + l] = perzyna_iso_return_map_converged ? d50 : MC_NAN;
-        if (V & 12) o_j[60 * MC_W + l] = perzyna_iso_return_map_converged ? d53 : MC_NAN;
-        if (V & 12) o_j[61 * MC_W + l] = perzyna_iso_return_map_converged ? d56 : MC_NAN;
-        if (V & 12) o_j[62 * MC_W + l] = perzyna_iso_return_map_converged ? d59 : MC_NAN;
-        if (V & 12) o_j[63 * MC_W + l] = perzyna_iso_return_map_converged ? d62 : MC_NAN;
-        if (V & 12) o_j[64 * MC_W + l] = perzyna_iso_return_map_converged ? d65 : MC_NAN;
-        if (V & 12) o_j[65 * MC_W + l] = perzyna_iso_return_map_converged ? d86 : MC_NAN;
-        if (V & 12) o_j[66 * MC_W + l] = perzyna_iso_return_map_converged ? d3 : MC_NAN;
-        if (V & 12) o_j[67 * MC_W + l] = perzyna_iso_return_map_converged ? d6 : MC_NAN;
-        if (V & 12) o_j[68 * MC_W + l] = perzyna_iso_return_map_converged ? d9 : MC_NAN;
-        if (V & 12) o_j[69 * MC_W + l] = perzyna_iso_return_map_converged ? d12 : MC_NAN;
-        if (V & 12) o_j[70 * MC_W + l] = perzyna_iso_return_map_converged ? d15 : MC_NAN;
-        if (V & 12) o_j[71 * MC_W + l] = perzyna_iso_return_map_converged ? d18 : MC_NAN;
-        if (V & 12) o_j[72 * MC_W + l] = perzyna_iso_return_map_converged ? d39 : MC_NAN;
-        if (V & 12) o_j[73 * MC_W + l] = perzyna_iso_return_map_converged ? d45 : MC_NAN;
-        if (V & 12) o_j[74 * MC_W + l] = perzyna_iso_return_map_converged ? d51 : MC_NAN;
-        if (V & 12) o_j[75 * MC_W + l] = perzyna_iso_return_map_converged ? d54 : MC_NAN;
-        if (V & 12) o_j[76 * MC_W + l] = perzyna_iso_return_map_converged ? d57 : MC_NAN;
-        if (V & 12) o_j[77 * MC_W + l] = perzyna_iso_return_map_converged ? d60 : MC_NAN;
-        if (V & 12) o_j[78 * MC_W + l] = perzyna_iso_return_map_converged ? d63 : MC_NAN;
-        if (V & 12) o_j[79 * MC_W + l] = perzyna_iso_return_map_converged ? d66 : MC_NAN;
-        if (V & 12) o_j[80 * MC_W + l] = perzyna_iso_return_map_converged ? d87 : MC_NAN;
+        if (V & 12) o_j[52 * MC_W + l] = perzyna_iso_return_map_converged ? d4 : MC_NAN;
+        if (V & 12) o_j[53 * MC_W + l] = perzyna_iso_return_map_converged ? d5 : MC_NAN;
+        if (V & 12) o_j[54 * MC_W + l] = perzyna_iso_return_map_converged ? d7 : MC_NAN;
+        if (V & 12) o_j[55 * MC_W + l] = perzyna_iso_return_map_converged ? d9 : MC_NAN;
+        if (V & 12) o_j[56 * MC_W + l] = perzyna_iso_return_map_converged ? d11 : MC_NAN;
+        if (V & 12) o_j[57 * MC_W + l] = perzyna_iso_return_map_converged ? d37 : MC_NAN;
+        if (V & 12) o_j[58 * MC_W + l] = perzyna_iso_return_map_converged ? d40 : MC_NAN;
+        if (V & 12) o_j[59 * MC_W + l] = perzyna_iso_return_map_converged ? d43 : MC_NAN;
+        if (V & 12) o_j[60 * MC_W + l] = perzyna_iso_return_map_converged ? d45 : MC_NAN;
+        if (V & 12) o_j[61 * MC_W + l] = perzyna_iso_return_map_converged ? d47 : MC_NAN;
+        if (V & 12) o_j[62 * MC_W + l] = perzyna_iso_return_map_converged ? d49 : MC_NAN;
+        if (V & 12) o_j[63 * MC_W + l] = perzyna_iso_return_map_converged ? d51 : MC_NAN;
+        if (V & 12) o_j[64 * MC_W + l] = perzyna_iso_return_map_converged ? d53 : MC_NAN;
+        if (V & 12) o_j[65 * MC_W + l] = perzyna_iso_return_map_converged ? d61 : MC_NAN;
+        if (V & 12) o_j[66 * MC_W + l] = perzyna_iso_return_map_converged ? d1 : MC_NAN;
+        if (V & 12) o_j[67 * MC_W + l] = perzyna_iso_return_map_converged ? d3 : MC_NAN;
+        if (V & 12) o_j[68 * MC_W + l] = perzyna_iso_return_map_converged ? d6 : MC_NAN;
+        if (V & 12) o_j[69 * MC_W + l] = perzyna_iso_return_map_converged ? d8 : MC_NAN;
+        if (V & 12) o_j[70 * MC_W + l] = perzyna_iso_return_map_converged ? d10 : MC_NAN;
+        if (V & 12) o_j[71 * MC_W + l] = perzyna_iso_return_map_converged ? d12 : MC_NAN;
+        if (V & 12) o_j[72 * MC_W + l] = perzyna_iso_return_map_converged ? d38 : MC_NAN;
+        if (V & 12) o_j[73 * MC_W + l] = perzyna_iso_return_map_converged ? d41 : MC_NAN;
+        if (V & 12) o_j[74 * MC_W + l] = perzyna_iso_return_map_converged ? d44 : MC_NAN;
+        if (V & 12) o_j[75 * MC_W + l] = perzyna_iso_return_map_converged ? d46 : MC_NAN;
+        if (V & 12) o_j[76 * MC_W + l] = perzyna_iso_return_map_converged ? d48 : MC_NAN;
+        if (V & 12) o_j[77 * MC_W + l] = perzyna_iso_return_map_converged ? d50 : MC_NAN;
+        if (V & 12) o_j[78 * MC_W + l] = perzyna_iso_return_map_converged ? d52 : MC_NAN;
+        if (V & 12) o_j[79 * MC_W + l] = perzyna_iso_return_map_converged ? d54 : MC_NAN;
+        if (V & 12) o_j[80 * MC_W + l] = perzyna_iso_return_map_converged ? d62 : MC_NAN;
         if (V & 12) o_j[81 * MC_W + l] = perzyna_iso_return_map_converged ? d19 : MC_NAN;
         if (V & 12) o_j[82 * MC_W + l] = perzyna_iso_return_map_converged ? d20 : MC_NAN;
         if (V & 12) o_j[83 * MC_W + l] = perzyna_iso_return_map_converged ? d21 : MC_NAN;
         if (V & 12) o_j[84 * MC_W + l] = perzyna_iso_return_map_converged ? d22 : MC_NAN;
         if (V & 12) o_j[85 * MC_W + l] = perzyna_iso_return_map_converged ? d23 : MC_NAN;
         if (V & 12) o_j[86 * MC_W + l] = perzyna_iso_return_map_converged ? d24 : MC_NAN;
-        if (V & 12) o_j[87 * MC_W + l] = perzyna_iso_return_map_converged ? d40 : MC_NAN;
-        if (V & 12) o_j[88 * MC_W + l] = perzyna_iso_return_map_converged ? d46 : MC_NAN;
-        if (V & 12) o_j[89 * MC_W + l] = perzyna_iso_return_map_converged ? d67 : MC_NAN;
-        if (V & 12) o_j[90 * MC_W + l] = perzyna_iso_return_map_converged ? d68 : MC_NAN;
-        if (V & 12) o_j[91 * MC_W + l] = perzyna_iso_return_map_converged ? d69 : MC_NAN;
-        if (V & 12) o_j[92 * MC_W + l] = perzyna_iso_return_map_converged ? d70 : MC_NAN;
-        if (V & 12) o_j[93 * MC_W + l] = perzyna_iso_return_map_converged ? d71 : MC_NAN;
-        if (V & 12) o_j[94 * MC_W + l] = perzyna_iso_return_map_converged ? d72 : MC_NAN;
+        if (V & 12) o_j[87 * MC_W + l] = perzyna_iso_return_map_converged ? d64 : MC_NAN;
+        if (V & 12) o_j[88 * MC_W + l] = perzyna_iso_return_map_converged ? d67 : MC_NAN;
+        if (V & 12) o_j[89 * MC_W + l] = perzyna_iso_return_map_converged ? d70 : MC_NAN;
+        if (V & 12) o_j[90 * MC_W + l] = perzyna_iso_return_map_converged ? d71 : MC_NAN;
+        if (V & 12) o_j[91 * MC_W + l] = perzyna_iso_return_map_converged ? d72 : MC_NAN;
+        if (V & 12) o_j[92 * MC_W + l] = perzyna_iso_return_map_converged ? d73 : MC_NAN;
+        if (V & 12) o_j[93 * MC_W + l] = perzyna_iso_return_map_converged ? d74 : MC_NAN;
+        if (V & 12) o_j[94 * MC_W + l] = perzyna_iso_return_map_converged ? d75 : MC_NAN;
         if (V & 12) o_j[95 * MC_W + l] = perzyna_iso_return_map_converged ? d88 : MC_NAN;
         if (V & 12) o_j[96 * MC_W + l] = perzyna_iso_return_map_converged ? d25 : MC_NAN;
         if (V & 12) o_j[97 * MC_W + l] = perzyna_iso_return_map_converged ? d26 : MC_NAN;
@@ -4281,14 +4508,14 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 12) o_j[99 * MC_W + l] = perzyna_iso_return_map_converged ? d28 : MC_NAN;
         if (V & 12) o_j[100 * MC_W + l] = perzyna_iso_return_map_converged ? d29 : MC_NAN;
         if (V & 12) o_j[101 * MC_W + l] = perzyna_iso_return_map_converged ? d30 : MC_NAN;
-        if (V & 12) o_j[102 * MC_W + l] = perzyna_iso_return_map_converged ? d41 : MC_NAN;
-        if (V & 12) o_j[103 * MC_W + l] = perzyna_iso_return_map_converged ? d47 : MC_NAN;
-        if (V & 12) o_j[104 * MC_W + l] = perzyna_iso_return_map_converged ? d73 : MC_NAN;
-        if (V & 12) o_j[105 * MC_W + l] = perzyna_iso_return_map_converged ? d74 : MC_NAN;
-        if (V & 12) o_j[106 * MC_W + l] = perzyna_iso_return_map_converged ? d75 : MC_NAN;
-        if (V & 12) o_j[107 * MC_W + l] = perzyna_iso_return_map_converged ? d76 : MC_NAN;
-        if (V & 12) o_j[108 * MC_W + l] = perzyna_iso_return_map_converged ? d77 : MC_NAN;
-        if (V & 12) o_j[109 * MC_W + l] = perzyna_iso_return_map_converged ? d78 : MC_NAN;
+        if (V & 12) o_j[102 * MC_W + l] = perzyna_iso_return_map_converged ? d65 : MC_NAN;
+        if (V & 12) o_j[103 * MC_W + l] = perzyna_iso_return_map_converged ? d68 : MC_NAN;
+        if (V & 12) o_j[104 * MC_W + l] = perzyna_iso_return_map_converged ? d76 : MC_NAN;
+        if (V & 12) o_j[105 * MC_W + l] = perzyna_iso_return_map_converged ? d77 : MC_NAN;
+        if (V & 12) o_j[106 * MC_W + l] = perzyna_iso_return_map_converged ? d78 : MC_NAN;
+        if (V & 12) o_j[107 * MC_W + l] = perzyna_iso_return_map_converged ? d79 : MC_NAN;
+        if (V & 12) o_j[108 * MC_W + l] = perzyna_iso_return_map_converged ? d80 : MC_NAN;
+        if (V & 12) o_j[109 * MC_W + l] = perzyna_iso_return_map_converged ? d81 : MC_NAN;
         if (V & 12) o_j[110 * MC_W + l] = perzyna_iso_return_map_converged ? d89 : MC_NAN;
         if (V & 12) o_j[111 * MC_W + l] = perzyna_iso_return_map_converged ? d31 : MC_NAN;
         if (V & 12) o_j[112 * MC_W + l] = perzyna_iso_return_map_converged ? d32 : MC_NAN;
@@ -4296,14 +4523,14 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 12) o_j[114 * MC_W + l] = perzyna_iso_return_map_converged ? d34 : MC_NAN;
         if (V & 12) o_j[115 * MC_W + l] = perzyna_iso_return_map_converged ? d35 : MC_NAN;
         if (V & 12) o_j[116 * MC_W + l] = perzyna_iso_return_map_converged ? d36 : MC_NAN;
-        if (V & 12) o_j[117 * MC_W + l] = perzyna_iso_return_map_converged ? d42 : MC_NAN;
-        if (V & 12) o_j[118 * MC_W + l] = perzyna_iso_return_map_converged ? d48 : MC_NAN;
-        if (V & 12) o_j[119 * MC_W + l] = perzyna_iso_return_map_converged ? d79 : MC_NAN;
-        if (V & 12) o_j[120 * MC_W + l] = perzyna_iso_return_map_converged ? d80 : MC_NAN;
-        if (V & 12) o_j[121 * MC_W + l] = perzyna_iso_return_map_converged ? d81 : MC_NAN;
-        if (V & 12) o_j[122 * MC_W + l] = perzyna_iso_return_map_converged ? d82 : MC_NAN;
-        if (V & 12) o_j[123 * MC_W + l] = perzyna_iso_return_map_converged ? d83 : MC_NAN;
-        if (V & 12) o_j[124 * MC_W + l] = perzyna_iso_return_map_converged ? d84 : MC_NAN;
+        if (V & 12) o_j[117 * MC_W + l] = perzyna_iso_return_map_converged ? d66 : MC_NAN;
+        if (V & 12) o_j[118 * MC_W + l] = perzyna_iso_return_map_converged ? d69 : MC_NAN;
+        if (V & 12) o_j[119 * MC_W + l] = perzyna_iso_return_map_converged ? d82 : MC_NAN;
+        if (V & 12) o_j[120 * MC_W + l] = perzyna_iso_return_map_converged ? d83 : MC_NAN;
+        if (V & 12) o_j[121 * MC_W + l] = perzyna_iso_return_map_converged ? d84 : MC_NAN;
+        if (V & 12) o_j[122 * MC_W + l] = perzyna_iso_return_map_converged ? d85 : MC_NAN;
+        if (V & 12) o_j[123 * MC_W + l] = perzyna_iso_return_map_converged ? d86 : MC_NAN;
+        if (V & 12) o_j[124 * MC_W + l] = perzyna_iso_return_map_converged ? d87 : MC_NAN;
         if (V & 12) o_j[125 * MC_W + l] = perzyna_iso_return_map_converged ? d90 : MC_NAN;
         if (V & 12) o_j[126 * MC_W + l] = perzyna_iso_return_map_converged ? d127 : MC_NAN;
         if (V & 12) o_j[127 * MC_W + l] = perzyna_iso_return_map_converged ? d128 : MC_NAN;
@@ -4335,41 +4562,41 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 12) o_j[153 * MC_W + l] = perzyna_iso_return_map_converged ? d154 : MC_NAN;
         if (V & 12) o_j[154 * MC_W + l] = perzyna_iso_return_map_converged ? d155 : MC_NAN;
         if (V & 12) o_j[155 * MC_W + l] = perzyna_iso_return_map_converged ? d156 : MC_NAN;
-        if (V & 8) o_j[210 * MC_W + l] = perzyna_iso_return_map_converged ? d91 : MC_NAN;
-        if (V & 8) o_j[211 * MC_W + l] = perzyna_iso_return_map_converged ? d97 : MC_NAN;
-        if (V & 8) o_j[212 * MC_W + l] = perzyna_iso_return_map_converged ? d103 : MC_NAN;
-        if (V & 8) o_j[213 * MC_W + l] = perzyna_iso_return_map_converged ? d109 : MC_NAN;
-        if (V & 8) o_j[214 * MC_W + l] = perzyna_iso_return_map_converged ? d115 : MC_NAN;
-        if (V & 8) o_j[215 * MC_W + l] = perzyna_iso_return_map_converged ? d121 : MC_NAN;
-        if (V & 8) o_j[216 * MC_W + l] = perzyna_iso_return_map_converged ? d92 : MC_NAN;
-        if (V & 8) o_j[217 * MC_W + l] = perzyna_iso_return_map_converged ? d98 : MC_NAN;
-        if (V & 8) o_j[218 * MC_W + l] = perzyna_iso_return_map_converged ? d104 : MC_NAN;
-        if (V & 8) o_j[219 * MC_W + l] = perzyna_iso_return_map_converged ? d110 : MC_NAN;
-        if (V & 8) o_j[220 * MC_W + l] = perzyna_iso_return_map_converged ? d116 : MC_NAN;
-        if (V & 8) o_j[221 * MC_W + l] = perzyna_iso_return_map_converged ? d122 : MC_NAN;
-        if (V & 8) o_j[222 * MC_W + l] = perzyna_iso_return_map_converged ? d93 : MC_NAN;
-        if (V & 8) o_j[223 * MC_W + l] = perzyna_iso_return_map_converged ? d99 : MC_NAN;
-        if (V & 8) o_j[224 * MC_W + l] = perzyna_iso_return_map_converged ? d105 : MC_NAN;
-        if (V & 8) o_j[225 * MC_W + l] = perzyna_iso_return_map_converged ? d111 : MC_NAN;
-        if (V & 8) o_j[226 * MC_W + l] = perzyna_iso_return_map_converged ? d117 : MC_NAN;
-        if (V & 8) o_j[227 * MC_W + l] = perzyna_iso_return_map_converged ? d123 : MC_NAN;
-        if (V & 8) o_j[228 * MC_W + l] = perzyna_iso_return_map_converged ? d94 : MC_NAN;
-        if (V & 8) o_j[229 * MC_W + l] = perzyna_iso_return_map_converged ? d100 : MC_NAN;
-        if (V & 8) o_j[230 * MC_W + l] = perzyna_iso_return_map_converged ? d106 : MC_NAN;
-        if (V & 8) o_j[231 * MC_W + l] = perzyna_iso_return_map_converged ? d112 : MC_NAN;
-        if (V & 8) o_j[232 * MC_W + l] = perzyna_iso_return_map_converged ? d118 : MC_NAN;
+        if (V & 8) o_j[210 * MC_W + l] = perzyna_iso_return_map_converged ? d93 : MC_NAN;
+        if (V & 8) o_j[211 * MC_W + l] = perzyna_iso_return_map_converged ? d96 : MC_NAN;
+        if (V & 8) o_j[212 * MC_W + l] = perzyna_iso_return_map_converged ? d99 : MC_NAN;
+        if (V & 8) o_j[213 * MC_W + l] = perzyna_iso_return_map_converged ? d102 : MC_NAN;
+        if (V & 8) o_j[214 * MC_W + l] = perzyna_iso_return_map_converged ? d105 : MC_NAN;
+        if (V & 8) o_j[215 * MC_W + l] = perzyna_iso_return_map_converged ? d108 : MC_NAN;
+        if (V & 8) o_j[216 * MC_W + l] = perzyna_iso_return_map_converged ? d91 : MC_NAN;
+        if (V & 8) o_j[217 * MC_W + l] = perzyna_iso_return_map_converged ? d94 : MC_NAN;
+        if (V & 8) o_j[218 * MC_W + l] = perzyna_iso_return_map_converged ? d97 : MC_NAN;
+        if (V & 8) o_j[219 * MC_W + l] = perzyna_iso_return_map_converged ? d100 : MC_NAN;
+        if (V & 8) o_j[220 * MC_W + l] = perzyna_iso_return_map_converged ? d103 : MC_NAN;
+        if (V & 8) o_j[221 * MC_W + l] = perzyna_iso_return_map_converged ? d106 : MC_NAN;
+        if (V & 8) o_j[222 * MC_W + l] = perzyna_iso_return_map_converged ? d92 : MC_NAN;
+        if (V & 8) o_j[223 * MC_W + l] = perzyna_iso_return_map_converged ? d95 : MC_NAN;
+        if (V & 8) o_j[224 * MC_W + l] = perzyna_iso_return_map_converged ? d98 : MC_NAN;
+        if (V & 8) o_j[225 * MC_W + l] = perzyna_iso_return_map_converged ? d101 : MC_NAN;
+        if (V & 8) o_j[226 * MC_W + l] = perzyna_iso_return_map_converged ? d104 : MC_NAN;
+        if (V & 8) o_j[227 * MC_W + l] = perzyna_iso_return_map_converged ? d107 : MC_NAN;
+        if (V & 8) o_j[228 * MC_W + l] = perzyna_iso_return_map_converged ? d109 : MC_NAN;
+        if (V & 8) o_j[229 * MC_W + l] = perzyna_iso_return_map_converged ? d112 : MC_NAN;
+        if (V & 8) o_j[230 * MC_W + l] = perzyna_iso_return_map_converged ? d115 : MC_NAN;
+        if (V & 8) o_j[231 * MC_W + l] = perzyna_iso_return_map_converged ? d118 : MC_NAN;
+        if (V & 8) o_j[232 * MC_W + l] = perzyna_iso_return_map_converged ? d121 : MC_NAN;
         if (V & 8) o_j[233 * MC_W + l] = perzyna_iso_return_map_converged ? d124 : MC_NAN;
-        if (V & 8) o_j[234 * MC_W + l] = perzyna_iso_return_map_converged ? d95 : MC_NAN;
-        if (V & 8) o_j[235 * MC_W + l] = perzyna_iso_return_map_converged ? d101 : MC_NAN;
-        if (V & 8) o_j[236 * MC_W + l] = perzyna_iso_return_map_converged ? d107 : MC_NAN;
-        if (V & 8) o_j[237 * MC_W + l] = perzyna_iso_return_map_converged ? d113 : MC_NAN;
-        if (V & 8) o_j[238 * MC_W + l] = perzyna_iso_return_map_converged ? d119 : MC_NAN;
+        if (V & 8) o_j[234 * MC_W + l] = perzyna_iso_return_map_converged ? d110 : MC_NAN;
+        if (V & 8) o_j[235 * MC_W + l] = perzyna_iso_return_map_converged ? d113 : MC_NAN;
+        if (V & 8) o_j[236 * MC_W + l] = perzyna_iso_return_map_converged ? d116 : MC_NAN;
+        if (V & 8) o_j[237 * MC_W + l] = perzyna_iso_return_map_converged ? d119 : MC_NAN;
+        if (V & 8) o_j[238 * MC_W + l] = perzyna_iso_return_map_converged ? d122 : MC_NAN;
         if (V & 8) o_j[239 * MC_W + l] = perzyna_iso_return_map_converged ? d125 : MC_NAN;
-        if (V & 8) o_j[240 * MC_W + l] = perzyna_iso_return_map_converged ? d96 : MC_NAN;
-        if (V & 8) o_j[241 * MC_W + l] = perzyna_iso_return_map_converged ? d102 : MC_NAN;
-        if (V & 8) o_j[242 * MC_W + l] = perzyna_iso_return_map_converged ? d108 : MC_NAN;
-        if (V & 8) o_j[243 * MC_W + l] = perzyna_iso_return_map_converged ? d114 : MC_NAN;
-        if (V & 8) o_j[244 * MC_W + l] = perzyna_iso_return_map_converged ? d120 : MC_NAN;
+        if (V & 8) o_j[240 * MC_W + l] = perzyna_iso_return_map_converged ? d111 : MC_NAN;
+        if (V & 8) o_j[241 * MC_W + l] = perzyna_iso_return_map_converged ? d114 : MC_NAN;
+        if (V & 8) o_j[242 * MC_W + l] = perzyna_iso_return_map_converged ? d117 : MC_NAN;
+        if (V & 8) o_j[243 * MC_W + l] = perzyna_iso_return_map_converged ? d120 : MC_NAN;
+        if (V & 8) o_j[244 * MC_W + l] = perzyna_iso_return_map_converged ? d123 : MC_NAN;
         if (V & 8) o_j[245 * MC_W + l] = perzyna_iso_return_map_converged ? d126 : MC_NAN;
         if (V & 8) o_j[246 * MC_W + l] = perzyna_iso_return_map_converged ? d157 : MC_NAN;
         if (V & 8) o_j[247 * MC_W + l] = perzyna_iso_return_map_converged ? d158 : MC_NAN;

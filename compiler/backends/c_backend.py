@@ -51,7 +51,7 @@ import sympy as sp
 from sympy.logic.boolalg import Boolean
 
 from modelc import __version__, ir
-from modelc.backends.c_printer import CPrinter
+from modelc.backends.c_printer import CPrinter, guess_powers
 from modelc.backends.layout import Layout
 from modelc.backends.names import Namer
 from modelc.backends.statements import (RTOL_FLOOR_EPS, Emitter, jacobian_groups, status_symbols, with_variants,
@@ -648,13 +648,15 @@ def _block_function(code: _Code, program: ir.Program, layout: Layout) -> str:
     cur = _Loop(mask=full)
     n_ls = 0
     solves = _Solves(program, masks)
+    # a Newton solve's first guess: its non-integer powers to about 1e-7 (mc_gpow, c_printer.GuessPow)
+    guesses = {g for st in program.body if isinstance(st, ir.Newton) for g in st.guess if isinstance(g, sp.Symbol)}
     for k, (st, m) in enumerate(zip(program.body, masks)):
         if m != cur.mask and not isinstance(st, ir.Newton):
             items.append(cur)
             cur = _Loop(mask=m)
         if isinstance(st, ir.Assign):
             code.defs[st.target] = st.value
-            cur.ops.append((st.target, None, st.value))
+            cur.ops.append((st.target, None, guess_powers(st.value) if st.target in guesses else st.value))
             if last[st.target] == k and k >= ready:
                 cur.ops += stores.at(st.target, m)
         elif isinstance(st, ir.LinearSolve) and len(st.A) == 1:

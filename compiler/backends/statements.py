@@ -217,10 +217,8 @@ class Emitter:
                     self.newton(st, self.n_newton)
                 else:
                     self.call_helper(st)
-                if st.exports:  # evaluated again at the solution (loop values do not leave the loop)
-                    self.statements(ir.export_body(st))
-                    for x in st.exports:
-                        self.assign(x.target, x.value)
+                for x in ir.export_values(st):  # evaluated again at the solution (loop values do not leave the loop)
+                    self.assign(x.target, x.value)
             else:
                 raise InternalError(f"unknown statement {type(st).__name__}")
 

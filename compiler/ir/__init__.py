@@ -16,12 +16,12 @@ from __future__ import annotations
 from modelc.ir.model import (ComposeDecl, Equation, ImplicitSystem, Loc, Model, Parameter, Partial,
                              SolverOptions, Spec, Tangent, Variable, component_symbols, param_symbols)
 from modelc.ir.program import (FINITE_MAX, LINE_SEARCH_C, RTOL_FLOOR_EPS, VARIANT_BITS, Assign, LinearSolve, Newton,
-                               Program, Statement, Variant, export_body, format_program, variants_of, view)
+                               Program, Statement, Variant, export_values, format_program, variants_of, view)
 
 __all__ = [
     "Loc", "component_symbols", "param_symbols", "Variable", "Parameter", "Equation", "SolverOptions",
     "ImplicitSystem", "Partial", "Tangent", "Model", "ComposeDecl", "Spec",
     "FINITE_MAX", "LINE_SEARCH_C", "RTOL_FLOOR_EPS", "Assign", "LinearSolve", "Newton", "Statement", "Program",
-    "export_body", "format_program",
+    "export_values", "format_program",
     "Variant", "VARIANT_BITS", "variants_of", "view",
 ]

@@ -26,7 +26,7 @@ import numpy as np
 import sympy as sp
 
 from modelc.errors import InputError
-from modelc.ir import FINITE_MAX, LINE_SEARCH_C, RTOL_FLOOR_EPS, Assign, LinearSolve, Newton, Program
+from modelc.ir import FINITE_MAX, LINE_SEARCH_C, RTOL_FLOOR_EPS, Assign, LinearSolve, Newton, Program, export_values
 
 
 def interpret(program: Program, inputs: Mapping[str, object], params: Mapping[str, object] | None = None,
@@ -230,11 +230,8 @@ def _exports(st: Newton, env, batch, dtype) -> None:
     """``st.exports`` at the solution (NaN where it did not converge, as the unknowns)."""
     if not st.exports:
         return
-    local = dict(env)
-    for a in st.body:
-        local[a.target] = _eval(a.value, local, batch, dtype)
-    for x in st.exports:
-        env[x.target] = _eval(x.value, local, batch, dtype)
+    for x in export_values(st):
+        env[x.target] = _eval(x.value, env, batch, dtype)
 
 
 def _slack(st: Newton, env, batch, dtype, slack: float) -> None:

@@ -100,21 +100,22 @@ class Newton:
     #: (the C backend's lane arrays: j2_voce_af's flow direction, its norm, 1/(1 + g dgamma) and the
     #: Voce exponential); :mod:`modelc.passes.cse` makes them from the subexpressions of the
     #: residual and its scale that the statements after the solve would compute again. A backend
-    #: that keeps no loop values evaluates them after the loop (:func:`export_body`).
+    #: that keeps no loop values evaluates them after the loop (:func:`export_values`).
     exports: tuple[Assign, ...] = ()
 
 
-def export_body(st: "Newton") -> tuple[Assign, ...]:
-    """The body assignments ``st.exports`` read (directly or through others), in order: what a
-    backend that does not keep the last evaluation's values computes again after the loop, before
-    the exports themselves."""
-    need = set().union(*(sp.sympify(x.value).free_symbols for x in st.exports)) if st.exports else set()
-    keep = []
-    for a in reversed(st.body):
-        if a.target in need:
-            need |= sp.sympify(a.value).free_symbols
-            keep.append(a)
-    return tuple(keep[::-1])
+def export_values(st: "Newton") -> tuple[Assign, ...]:
+    """``st.exports`` with the body's assignments they read put in their place: expressions over the
+    unknowns and what the solve reads, which a backend that keeps no values of the loop (PyTorch,
+    Triton, the interpreter) evaluates after it. Inlined, a power of a baked exponent is one the
+    Triton printer sees whole (``n - 1`` of parameters, not a hoisted body symbol)."""
+    from modelc.symdag import xreplace
+
+    flat: dict = {}
+    for a in st.body:
+        value = sp.sympify(a.value)
+        flat[a.target] = xreplace(value, flat) if flat else value
+    return tuple(Assign(x.target, xreplace(sp.sympify(x.value), flat)) for x in st.exports)
 
 
 Statement = Assign | LinearSolve | Newton

@@ -21,6 +21,7 @@ import sympy as sp
 from sympy.logic.boolalg import Boolean
 
 from modelc.errors import InternalError
+from modelc.functions import safe_div, safe_sqrt
 from modelc.ir import Assign, LinearSolve, Newton, Program, Statement
 from modelc.ir.analysis import reads
 from modelc.passes.gates import Gates
@@ -95,20 +96,27 @@ class _Exports:
 
     The evaluation that ends a solve is made at the unknowns' final values, and the statements after
     it (the outputs, the tangent's implicit-function solve) evaluate much of the residual again
-    there: j2_voce_af's flow direction and its norm (a square root), 1/(1 + g dgamma) (a division)
-    and the Voce exponential. Each subexpression of a solve's inlined residual or residual scale
-    (the values its convergence test reads, which every iteration computes, the last one included)
-    that a later segment's inlined expressions hold is replaced there by a symbol of its own, the
-    largest such subexpressions first, and the solve delivers it with its residual. None from a
-    solve with a line search (its last evaluation may be a rejected trial point). Only a function
-    call (exp, a root, a power) or a reciprocal, that reads something other than parameters (a
-    baked parameter's expression is a constant of the C code): the C backend stores an export at
-    every iteration, and what is built of them is cheaper to compute again. Measured (1e5 points,
-    tangent, benchmarks.c_ab, medians): with these, j2_voce_af 35.0 -> 32.0 ns a point (its three:
-    1/(1 + g dgamma), the norm, the exponential), j2_voce_af_coupled 723 -> 659, the others level
-    or 1-2% faster; with every subexpression of three operations or more that holds one of them
-    (j2_voce_af: 27, the flow direction's components, squares and strain differences among them)
-    4% slower than with none, and with sums holding one (14) 3% slower."""
+    there: j2_voce_af's 1/(1 + g dgamma) (a division) and Voce exponential, perzyna_iso's rate
+    y**n. Each subexpression of a solve's inlined residual or residual scale (the values its
+    convergence test reads, which every iteration computes, the last one included) that a later
+    segment's inlined expressions hold is replaced there by a symbol of its own, the largest such
+    subexpressions first, and the solve delivers it with its residual. None from a solve with a
+    line search (its last evaluation may be a rejected trial point). Only a function call (exp, a
+    power) or a reciprocal that reads something other than parameters (a baked parameter's
+    expression is a constant of the C code): the C backend stores an export at every iteration,
+    and what is built of them is cheaper to compute again. And none that holds a norm or a safe
+    division (``safe_sqrt``, ``safe_div``): at a nearly hydrostatic strain the deviator is rounding
+    noise, and a flow direction made of the solve's norm and the segment's own components (another
+    rounding of the same noise) is not a unit vector: float32 tangents of j2_voce_af_coupled came
+    out 2.5 off the elastic stiffness (tests/models/test_tiny_deviator.py); handing the components
+    too did not help, their arithmetic after differentiation is not the residual's.
+
+    Measured (1e5 points, tangent, benchmarks.c_ab, medians, against the session's start): j2_voce_af
+    34.0 -> 32.2 ns a point, perzyna_iso 26.3 -> 25.4 (with its guess's mc_gpow),
+    j2_voce_af_coupled 1.01x faster. Exporting the norm too gave j2_voce_af 35.0 -> 32.0 and
+    j2_voce_af_coupled 723 -> 659 (wrong at tiny deviators, above); every subexpression of three
+    operations or more that holds a costly one (j2_voce_af: 27, the flow direction's components,
+    squares and strain differences among them) 1.04x the time of none, sums holding one (14) 1.03x."""
 
     def __init__(self, counter: Counter):
         self.counter = counter
@@ -142,7 +150,8 @@ class _Exports:
             w = self._worth[x] = (
                 isinstance(x, sp.Expr) and not isinstance(x, Boolean) and not x.is_number
                 and any(not y.name.startswith("$") for y in x.free_symbols)
-                and (isinstance(x, sp.Function) or (x.is_Pow and x.exp.is_number and x.exp == -1)))
+                and (isinstance(x, sp.Function) or (x.is_Pow and x.exp.is_number and x.exp == -1))
+                and not x.has(safe_sqrt, safe_div))
         return w
 
     def take(self, e):

@@ -900,3 +900,29 @@ def test_wide_vectors_are_asked_for_by_systems_and_large_blocks():
         assert re.search(rf"^#define MC_WIDE {want}$", src, re.M), (name, widest)
     assert "#define MC_WIDE 1" in importlib.import_module("modelc.generated.j2_voce_af").C_SOURCE
     assert "#define MC_WIDE 0" in importlib.import_module("modelc.generated.norton").C_SOURCE
+
+
+@needs_cc
+def test_only_a_newton_guess_takes_the_approximate_power():
+    """perzyna_iso's first guess (a^-2 + b^-2)^(-1/2), b^-2 = (f / (c dt))^(-2/n), is the one place
+    its C source computes mc_gpow (a power to ~1e-7, c_printer.GuessPow); every other power is
+    mc_pow. The solve starts elsewhere than the PyTorch backend's (exact) guess and ends where it
+    does: on fresh random steps the two agree to 1e-12, every point converged."""
+    from modelc.generated import perzyna_iso as M
+
+    gpow = [line for line in M.C_SOURCE.splitlines() if "mc_gpow(" in line]
+    assert len(gpow) == 1 and "_solve_guess_" in gpow[0].split("=")[0], gpow
+    assert "mc_pow(" in M.C_SOURCE
+    g = torch.Generator().manual_seed(int(torch.randint(0, 2**31 - 1, ()).item()))
+    n = 200
+    scale = torch.tensor([1e-5, 1e-3, 1e-2, 3e-2])[torch.randint(0, 4, (n,), generator=g)][:, None]
+    ref_model = M.Model(backend="torch")
+    x = {name: torch.zeros((n, *ref_model.input_axis.type_of(name).base_shape), dtype=torch.float64)
+         for name in ref_model.input_axis.variable_names}
+    x["forces/E"] = torch.randn(n, 6, generator=g, dtype=torch.float64) * scale
+    x["forces/t"] = torch.rand(n, generator=g, dtype=torch.float64) * 10 + 1e-3
+    ref = ref_model(x, derivatives="tangent")
+    out = M.Model(backend="c")(x, derivatives="tangent")
+    assert ref.status.all_converged and out.status.all_converged
+    assert _rel(out.outputs.tensor, ref.outputs.tensor) < 1e-12
+    assert _rel(out.jacobian.tensor, ref.jacobian.tensor) < 1e-12

@@ -177,6 +177,39 @@ def test_vector_exp_log_pow_match_libm(cache_dir):
     assert float(np.max(np.abs(vec[fin] - sca[fin]) / np.abs(sca[fin]))) <= 1e-12
 
 
+def test_guess_pow_is_pow_to_a_tenth_of_a_micro(cache_dir):
+    """mc_gpow (the non-integer powers of a Newton solve's first guess, c_printer.GuessPow) against
+    NumPy's pow on fresh random points: within 1e-7 |y| + 1e-8 relative over bases from 1e-250 to
+    1e250, mc_pow's special values (0, inf, NaN, 1, negative bases, y = 0), the same bits in the
+    scalar and vector builds (so both start a solve from the same guess)."""
+    from modelc.backends.c_printer import GuessPow
+
+    g = np.random.default_rng()
+    n = 4000
+    px = np.concatenate([10.0 ** g.uniform(-250, 250, n), g.uniform(0, 10, n), g.uniform(-3, 3, 40).round(),
+                         [0.0, 0.0, 1.0, -2.0, -2.0, -2.0, math.nan, 2.0, math.inf, 0.5, math.inf, 2.0, 5e-320]])
+    py = np.concatenate([g.uniform(-1.2, 1.2, n), g.uniform(-30, 30, n), g.uniform(-4, 4, 40).round(),
+                         [2.5, -1.5, math.nan, 3.0, 2.0, 0.5, 0.0, math.nan, -1.0, 1e3, -2.5, 1e4, 0.5]])
+    prog = fn_program("guesspow", lambda a, b: [GuessPow(a, b), sp.Pow(a, b, evaluate=False)])
+    cols = [torch.tensor(px), torch.tensor(py)]
+    vec = _run(prog, *cols, lanes=8).numpy()
+    sca = _run(prog, *cols, lanes=1).numpy()
+    assert "mc_gpow(" in c_source(prog)
+    np.testing.assert_array_equal(vec[:, 0], sca[:, 0])
+    got, exact = vec[:, 0], vec[:, 1]
+    with np.errstate(all="ignore"):
+        want = np.power(px, py)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    special = ~np.isfinite(want) | (want == 0) | (np.abs(want) < 4.450147717014403e-308)
+    np.testing.assert_array_equal(got[special & ~np.isnan(want) & (np.abs(want) >= 4.450147717014403e-308)],
+                                  exact[special & ~np.isnan(want) & (np.abs(want) >= 4.450147717014403e-308)])
+    fin = ~special & ~np.isnan(want)
+    rel = np.abs(got[fin] - want[fin]) / np.abs(want[fin])
+    bad = ~(rel <= 1e-7 * np.nan_to_num(np.abs(py[fin])) + 1e-8)  # (1^NaN = 1)
+    assert not bad.any(), (px[fin][bad][:5], py[fin][bad][:5], got[fin][bad][:5], want[fin][bad][:5])
+    assert 1e-12 < rel.max()  # (an approximation: not the exact pow)
+
+
 def test_vector_sinh_cosh_match_libm(cache_dir):
     """mc_sinh and mc_cosh of the vectorized build (from the vector exp: libm's keep a lane loop
     scalar) against numpy: within 16 ulp over their whole range (both branches of sinh, the
@@ -411,14 +444,15 @@ def test_other_x86_levels_give_the_same_bits(library, monkeypatch, name, dtype):
         assert torch.equal(y, Y) and torch.equal(j, J) and torch.equal(st, ST), level
 
 
-@pytest.mark.parametrize("name", ["gtn", "j2_voce_af", "perzyna_iso_coupled", "elementary"])
+@pytest.mark.parametrize("name", ["gtn", "j2_voce_af", "perzyna_iso", "perzyna_iso_coupled", "elementary"])
 def test_every_lane_loop_vectorizes(tmp_path, name):
     """Every ``MC_SIMD MC_LANES`` loop of a library model's C source is vectorized when compiled for
     AVX2 (x86-64-v3, whatever this machine is: compiled, not run). A libm call in a loop (gtn's cosh
     and sinh, 4x slower) or the NaN-propagating max chain keeps a loop scalar without any other
     sign; GCC's vectorizer report (-fopt-info-vec) names each loop it vectorized. ``elementary``:
     a program of every function the header computes (exp, log, pow, the hyperbolic functions and
-    their inverses, expm1, log1p, atan2: every elementary function of the spec language)."""
+    their inverses, expm1, log1p, atan2: every elementary function of the spec language; the guess
+    powers, mc_gpow)."""
     import importlib
     import re
     import subprocess
@@ -432,8 +466,11 @@ def test_every_lane_loop_vectorizes(tmp_path, name):
     if name == "elementary":
         from modelc import functions as F
 
+        from modelc.backends.c_printer import GuessPow
+
         fns = [F.sinh_, F.cosh_, F.tanh_, F.asinh_, F.acosh_, F.atanh_, F.expm1_, F.log1p_]
-        src = c_source(fn_program("elementary", lambda a, b: [sp.exp(a) * sp.log(b) + sp.Pow(a, b, evaluate=False)]
+        src = c_source(fn_program("elementary", lambda a, b: [sp.exp(a) * sp.log(b) + sp.Pow(a, b, evaluate=False)
+                                                              + GuessPow(a, b)]
                                   + [f(a) + f(b) for f in fns] + [F.atan2_(a, b)]))
     else:
         src = importlib.import_module(f"modelc.generated.{name}").C_SOURCE  # (the header by #include)

@@ -10,9 +10,10 @@ import sympy as sp
 import torch
 
 from modelc import driver
+from modelc import functions as F
 from modelc.errors import InternalError
 from modelc.interpret import interpret
-from modelc.ir import Assign, Newton, export_body
+from modelc.ir import Assign, Newton, export_values
 from modelc.ir.verify import verify_program
 
 LIBRARY = Path(__file__).resolve().parents[3] / "spec" / "library.yaml"
@@ -28,20 +29,25 @@ def _newton(program):
     return k, program.body[k]
 
 
-def test_voce_solve_hands_its_exponential_norm_and_reciprocal(voce):
+def test_voce_solve_hands_its_exponential_and_reciprocal_but_not_its_norm(voce):
     k, st = _newton(voce)
     body = {a.target: a.value for a in st.body}
     values = [sp.sympify(body.get(x.value, x.value)) for x in st.exports]
-    # the Voce exponential, the norm of the flow direction (a root) and 1/(1 + g dgamma)
+    # the Voce exponential and 1/(1 + g dgamma); the norm of the flow direction stays with its
+    # components (test_tiny_deviator.py: a norm of rounding noise from one evaluation, components
+    # from another, and a float32 tangent was 2.5 off the elastic stiffness)
     assert any(v.has(sp.exp) for v in values)
-    assert any(type(v).__name__ == "safe_sqrt" for v in values)
     assert any(v.is_Pow and v.exp == -1 for v in values)
+    assert not any(v.has(F.safe_sqrt, F.safe_div) for v in values)
     # the statements after the solve read them and compute no exponential of their own
     after = [s for s in voce.body[k + 1:] if isinstance(s, Assign)]
     assert not any(sp.sympify(s.value).has(sp.exp) for s in after)
     read = set().union(*(sp.sympify(s.value).free_symbols for s in after))
     assert {x.target for x in st.exports} <= read
-    assert set(export_body(st)) <= set(st.body)
+    # inlined, for the backends that evaluate them again: over the unknowns and what the solve reads
+    local = {a.target for a in st.body}
+    for x in export_values(st):
+        assert not sp.sympify(x.value).free_symbols & local
 
 
 def test_exports_match_evaluating_again_at_the_solution(voce):
