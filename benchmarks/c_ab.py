@@ -15,7 +15,8 @@ called through ``model.bind`` (the bound fast path: the kernel and ~7 us of Pyth
 the declared tangent (``--derivatives``: or none, ``value``, or the Jacobian by every input,
 ``jacobian``, or by inputs and parameters, ``total``), on the benchmark workload (chaboche2_coupled: benchmarks/chaboche.py's
 steps of the NEML2 history); one thread. Per size: best of 9 rounds of ``max(3, 1e6 // size)`` calls
-each, the sources interleaved in every round; printed as ns per point, with each source's largest
+each, the sources interleaved in every round (``--plain``: the public call, which returns fresh results
+every call, instead of the bound one); printed as ns per point, with each source's largest
 relative difference from the first one's outputs and derivatives (a change that is faster but
 computes something else shows here). This is how the C changes in docs/performance.md were
 measured before they were adopted or not.
@@ -38,13 +39,22 @@ j2_voce_af at 1e5 points; benchmarks/results/20261129T020232Z-cpu-status-stores.
   The cause was where each binding's 4 KiB output pages lay: since the runtime's buffer pool maps
   large results in huge pages (2026-11-29), four bindings of one source ran 36.1, 35.6, 35.6 and
   35.7 ns a point without ballast (benchmarks/results/20261129T100500Z-cpu-c-ab-page-kinds.md).
+- ``--fresh``: where the library lies. Two byte-identical libraries of j2_voce_af_coupled (one
+  blank line apart in their sources, two cache entries) ran 737 and 652 ns a point in one process
+  (2026-11-29, benchmarks/results/20261129T153500Z-cpu-c-ab-exports-gpow.md), and the A/B of a
+  change measured with such copies showed a gain or a loss that was not the code's. ``--fresh``
+  builds the module and every source's library in a new temporary cache folder; compare two such
+  runs, and trust only what both show.
 """
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import random
 import statistics
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -145,7 +155,7 @@ def shuffled_calls(calls: list[list], size: int, rounds: int, seed: int = 0) -> 
 
 
 def compare(model: str, sizes: list[int], sources: list[str], rounds: int = 9,
-            derivatives: str = "tangent", sets: int = 1, ballast_mb: int = 0) -> list[dict]:
+            derivatives: str = "tangent", sets: int = 1, ballast_mb: int = 0, plain: bool = False) -> list[dict]:
     if sets < 1 or ballast_mb < 0:
         raise ValueError(f"sets must be at least 1 and ballast_mb at least 0, got {sets} and {ballast_mb}")
     torch.set_num_threads(1)
@@ -154,7 +164,11 @@ def compare(model: str, sizes: list[int], sources: list[str], rounds: int = 9,
     for size in sizes:
         ballast = torch.ones(ballast_mb * 2**20 // 8, dtype=torch.float64)  # noqa: F841 (held: see the doc)
         inputs = [_inputs(model, models[0], size, offset=97 * k) for k in range(sets)]
-        sets_of = [[m.bind(x, derivatives=DERIVATIVES[derivatives]) for x in inputs] for m in models]
+        if plain:  # the public call: fresh results (from the pool) every call
+            sets_of = [[functools.partial(m, x, derivatives=DERIVATIVES[derivatives]) for x in inputs]
+                       for m in models]
+        else:
+            sets_of = [[m.bind(x, derivatives=DERIVATIVES[derivatives]) for x in inputs] for m in models]
         binds = [bs[0] for bs in sets_of]
         median = [None] * len(binds)
         if sets > 1:
@@ -162,9 +176,9 @@ def compare(model: str, sizes: list[int], sources: list[str], rounds: int = 9,
             best, median = [min(t) for t in times], [statistics.median(t) for t in times]
         else:
             best = interleaved_best(binds, size, rounds)
-        r0 = binds[0].result
-        for src, b, t, med in zip(sources, binds, best, median):
-            r = b.result
+        results = [b() if plain else b.result for b in binds]
+        r0 = results[0]
+        for src, r, t, med in zip(sources, results, best, median):
             same = torch.equal(r.outputs.tensor, r0.outputs.tensor)
             rel = 0.0
             if derivatives != "value":
@@ -188,13 +202,20 @@ def main(argv=None) -> None:
                     help="input sets each source takes in turn (4 at 1e5 points: inputs from memory)")
     ap.add_argument("--ballast", type=int, default=0, metavar="MB",
                     help="memory allocated and written before the sources are bound")
+    ap.add_argument("--plain", action="store_true",
+                    help="time the public call (fresh results every call) instead of model.bind")
+    ap.add_argument("--fresh", action="store_true",
+                    help="build everything in a new temporary cache folder (see the module doc: run twice)")
     a = ap.parse_args(argv)
+    if a.fresh:  # before anything is loaded: the module and every source's library built anew
+        os.environ["MODELC_CACHE_DIR"] = tempfile.mkdtemp(prefix="modelc-c-ab-")
     if a.sets < 1 or a.ballast < 0:
         ap.error(f"--sets must be at least 1 and --ballast at least 0, got {a.sets} and {a.ballast}")
     print("| model | derivatives | size | source | ns/point (best) | median | max rel. diff outputs | derivatives "
           "| bit for bit |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for r in compare(a.model, a.sizes, a.sources, derivatives=a.derivatives, sets=a.sets, ballast_mb=a.ballast):
+    for r in compare(a.model, a.sizes, a.sources, derivatives=a.derivatives, sets=a.sets, ballast_mb=a.ballast,
+                     plain=a.plain):
         med = "-" if r["median_ns_per_point"] is None else f"{r['median_ns_per_point']:.1f}"
         print(f"| {r['model']} | {r['derivatives']} | {r['size']} | {r['source']} | {r['ns_per_point']:.1f} | {med} | "
               f"{r['outputs_rel']:.1e} | {r['derivatives_rel']:.1e} | {'yes' if r['identical'] else 'no'} |")

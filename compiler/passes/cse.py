@@ -111,12 +111,13 @@ class _Exports:
     out 2.5 off the elastic stiffness (tests/models/test_tiny_deviator.py); handing the components
     too did not help, their arithmetic after differentiation is not the residual's.
 
-    Measured (1e5 points, tangent, benchmarks.c_ab, medians, against the session's start): j2_voce_af
-    34.0 -> 32.2 ns a point, perzyna_iso 26.3 -> 25.4 (with its guess's mc_gpow),
-    j2_voce_af_coupled 1.01x faster. Exporting the norm too gave j2_voce_af 35.0 -> 32.0 and
-    j2_voce_af_coupled 723 -> 659 (wrong at tiny deviators, above); every subexpression of three
+    Measured (1e5 points, tangent, ``benchmarks.c_ab --fresh``, several runs, against the session's
+    start; benchmarks/results/20261129T153500Z-cpu-c-ab-exports-gpow.md): j2_voce_af and
+    j2_voce_af_coupled level within a build's placement (0.95x-1.01x), perzyna_iso (with its
+    guess's mc_gpow) 1.04x-1.08x faster. Every subexpression of three
     operations or more that holds a costly one (j2_voce_af: 27, the flow direction's components,
-    squares and strain differences among them) 1.04x the time of none, sums holding one (14) 1.03x."""
+    squares and strain differences among them) measured 1.04x the time of none, before it was known
+    that two copies of one library differ by up to 1.13x on the machine measured."""
 
     def __init__(self, counter: Counter):
         self.counter = counter

@@ -3,6 +3,9 @@ report shows what the edit changed in the numbers (nothing for the same source; 
 source whose 2/3 of the deviator was edited)."""
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -71,3 +74,21 @@ def test_ab_rotates_input_sets_and_checks_its_arguments():
                                         for r in recs)
     with pytest.raises(SystemExit):
         c_ab.main(["j2_perfect", "-", "--ballast", "-1"])
+
+
+def test_ab_times_plain_calls_and_builds_fresh(tmp_path, monkeypatch, capsys):
+    """``plain``: the public call, a fresh result each call, timed like the bound one; ``--fresh``: the
+    module and the libraries are built in a new cache folder, not the one the environment names."""
+    before = torch.get_num_threads()
+    try:
+        recs = c_ab.compare("j2_perfect", [48], ["-", "-"], rounds=1, plain=True)
+        bound = c_ab.compare("j2_perfect", [48], ["-"], rounds=1)
+        monkeypatch.setenv("MODELC_CACHE_DIR", str(tmp_path / "kept"))
+        c_ab.main(["j2_perfect", "-", "--sizes", "32", "--fresh"])
+    finally:
+        torch.set_num_threads(before)
+    assert recs[1]["identical"] and all(r["ns_per_point"] > 0 for r in recs + bound)
+    fresh = os.environ["MODELC_CACHE_DIR"]
+    assert fresh != str(tmp_path / "kept") and "modelc-c-ab-" in fresh
+    assert any(p.suffix == ".so" for p in (Path(fresh) / "c").iterdir())
+    assert "| j2_perfect | tangent | 32 | - |" in capsys.readouterr().out
