@@ -227,7 +227,8 @@ def _newton(st: Newton, env, batch, dtype) -> None:
 
 
 def _exports(st: Newton, env, batch, dtype) -> None:
-    """``st.exports`` at the solution (NaN where it did not converge, as the unknowns)."""
+    """``st.exports`` evaluated at the unknowns as the solve left them in ``env`` (NaN where it did not
+    converge, so whatever reads an export is NaN there too)."""
     if not st.exports:
         return
     for x in export_values(st):

@@ -97,9 +97,9 @@ class Newton:
     #: (over the body's symbols, the unknowns and what the solve reads) at the solution. The
     #: evaluation that ends a solve (every point converged or stopped) is made at the unknowns'
     #: final values, so a backend may keep what it computed there instead of computing it again
-    #: (the C backend's lane arrays: j2_voce_af's flow direction, its norm, 1/(1 + g dgamma) and the
-    #: Voce exponential); :mod:`modelc.passes.cse` makes them from the subexpressions of the
-    #: residual and its scale that the statements after the solve would compute again. A backend
+    #: (the C backend's lane arrays: j2_voce_af's 1/(1 + g dgamma) and Voce exponential);
+    #: :mod:`modelc.passes.cse` makes them from the function calls and reciprocals of the residual
+    #: and its scale that the statements after the solve would compute again (no norms). A backend
     #: that keeps no loop values evaluates them after the loop (:func:`export_values`).
     exports: tuple[Assign, ...] = ()
 
