@@ -71,10 +71,10 @@ class CPrinter(ExprPrinter):
         sp.erf: "erf",
     }
 
-    def _print(self, expr) -> str:
-        if isinstance(expr, GuessPow):
-            return f"mc_gpow({self._print(expr.args[0])}, {self._print(expr.args[1])})"
-        return super()._print(expr)
+    RULES = {**ExprPrinter.RULES, GuessPow: "_print_GuessPow"}
+
+    def _print_GuessPow(self, expr) -> str:
+        return f"mc_gpow({self._print(expr.args[0])}, {self._print(expr.args[1])})"
 
     def literal(self, value: float) -> str:
         if math.isnan(value):

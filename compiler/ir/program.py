@@ -104,17 +104,26 @@ class Newton:
     exports: tuple[Assign, ...] = ()
 
 
-def export_values(st: "Newton") -> tuple[Assign, ...]:
-    """``st.exports`` with the body's assignments they read put in their place: expressions over the
-    unknowns and what the solve reads, which a backend that keeps no values of the loop (PyTorch,
-    Triton, the interpreter) evaluates after it. Inlined, a power of a baked exponent is one the
-    Triton printer sees whole (``n - 1`` of parameters, not a hoisted body symbol)."""
+def inlined_body(st: "Newton") -> dict:
+    """Each body symbol of ``st`` -> its value with the body's earlier assignments put in their place
+    (an expression over the unknowns and what the solve reads)."""
     from modelc.symdag import xreplace
 
     flat: dict = {}
     for a in st.body:
         value = sp.sympify(a.value)
         flat[a.target] = xreplace(value, flat) if flat else value
+    return flat
+
+
+def export_values(st: "Newton") -> tuple[Assign, ...]:
+    """``st.exports`` with the body's assignments they read put in their place (:func:`inlined_body`),
+    which a backend that keeps no values of the loop (PyTorch, Triton, the interpreter) evaluates
+    after it. Inlined, a power of a baked exponent is one the Triton printer sees whole (``n - 1`` of
+    parameters, not a hoisted body symbol)."""
+    from modelc.symdag import xreplace
+
+    flat = inlined_body(st)
     return tuple(Assign(x.target, xreplace(sp.sympify(x.value), flat)) for x in st.exports)
 
 

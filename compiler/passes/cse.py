@@ -23,6 +23,7 @@ from sympy.logic.boolalg import Boolean
 from modelc.errors import InternalError
 from modelc.functions import safe_div, safe_sqrt
 from modelc.ir import Assign, LinearSolve, Newton, Program, Statement
+from modelc.ir.program import inlined_body
 from modelc.ir.analysis import reads
 from modelc.passes.gates import Gates
 from modelc.passes.symbols import Counter, is_partial_symbol
@@ -63,11 +64,15 @@ def cse(program: Program) -> Program:
         out.append(st)  # reduced below, once the segments after it have chosen its exports
     if segment:
         out += _segment(segment, (), after[len(body) - 1], counter, known, gates, exports)[0]
+    # (an export only the losing try of a segment's reduction took is read by nothing: not delivered,
+    # or the C backend would store it at every iteration)
+    read = set(final) | set().union(*(reads(s, free) for s in out if not isinstance(s, Newton)))
     for i, (place, st, before) in enumerate(solves):
         # its own counter: a Newton solve comes out the same in every program that holds it
         # (value, Jacobian, tangent), so the backends emit it once per module as a helper; it may
         # read the differences named before it, its own stay inside it
-        out[place] = _newton(st, Counter("ncse"), before, gates, exports.chosen.get(i, []))
+        out[place] = _newton(st, Counter("ncse"), before, gates,
+                             [(s, node) for s, node in exports.chosen.get(i, []) if s in read])
     new = replace(program, body=tuple(out))
     return program if _same(new.body, program.body) else new
 
@@ -129,10 +134,7 @@ class _Exports:
     def add(self, index: int, st: Newton, gates: Gates) -> None:
         if st.solver.line_search:
             return
-        flat: dict = {}
-        for a in st.body:
-            value = sp.sympify(a.value)
-            flat[a.target] = xreplace(value, flat) if flat else value
+        flat = inlined_body(st)
         seen: set = set()
         for e in tuple(st.residual) + tuple(st.residual_scale):
             e = sp.sympify(e)
