@@ -2,7 +2,8 @@
 lists them (STYLE habit 1) and keeps each stage's result for ``--dump-ir``.
 
     spec file ─load_spec─▶ Spec ─compose─▶ Model ─differentiate─▶ Model(partials)
-              ─lower─▶ Program ─cse─▶ Program ─variants─▶ Program(masks) ─emit_module─▶ Python source
+              ─lower─▶ Program ─cse─▶ Program ─blocks─▶ Program ─variants─▶ Program(masks)
+              ─emit_module─▶ Python source
 
 One Program per model serves every call: value only, value + d outputs / d inputs (``jacobian``),
 value + d outputs / d (inputs and parameters) (``total``: what autograd and calibration use), and
@@ -117,6 +118,7 @@ def lower_model(spec: ir.Spec, name: str, trace=None, *, verify: bool = False) -
     """
     from modelc.ir.verify import verify_model, verify_program
 
+    from modelc.passes.blocks import regroup
     from modelc.passes.cse import cse
     from modelc.passes.differentiate import differentiate
     from modelc.passes.lower import lower
@@ -144,6 +146,7 @@ def lower_model(spec: ir.Spec, name: str, trace=None, *, verify: bool = False) -
     program = run("cse", cse, run("lower", lower, model, derivatives=True, parameters=True))
     decl = declared_tangent(model)
     select = tangent_select(decl, model) if decl is not None else None
+    program = run("blocks", regroup, program, select)
     program = run("variants", split_variants, program, standard_variants(program, select))
     return Compiled(model, program, "", stages)
 

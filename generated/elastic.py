@@ -73,33 +73,11 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     state_S_4 = (d1 * forces_E_4)
     state_S_5 = (d1 * forces_E_5)
     if V & 14:  # tangent, jacobian, total
-        d2 = (d1 * (1.0 + cse_4))
-        d3 = (cse_4 * d1)
-        d4 = d3
-        d5 = d3
-        d6 = d2
-        d7 = d3
-        d8 = d3
-        d9 = d3
-        d10 = d2
-        d11 = d1
-        d12 = d1
+        dcse_0 = (d1 * (1.0 + cse_4))
+        dcse_1 = (cse_4 * d1)
     if V & 8:  # total
-        cse_14 = (cse_8 * cse_8)
-        cse_15 = (-cse_0 * ((cse_8 * (cse_3 + (cse_1 * (cse_3 * cse_3)))) - (cse_14 * cse_4)))
-        cse_16 = (p_E * cse_14)
-        d13 = (cse_6 * cse_8)
-        d14 = (cse_10 * cse_8)
-        d15 = (cse_11 * cse_8)
-        d16 = (cse_8 * forces_E_3)
-        d17 = (cse_8 * forces_E_4)
-        d18 = (cse_8 * forces_E_5)
-        d19 = (p_E * (-cse_15 - (cse_14 * forces_E_0)))
-        d20 = (p_E * (-cse_15 - (cse_14 * forces_E_1)))
-        d21 = (p_E * (-cse_15 - (cse_14 * forces_E_2)))
-        d22 = (-cse_16 * forces_E_3)
-        d23 = (-cse_16 * forces_E_4)
-        d24 = (-cse_16 * forces_E_5)
+        dcse_2 = (p_E * (cse_8 * cse_8))
+        dcse_3 = (-cse_0 * (-(cse_4 * dcse_2) + (p_E * cse_8 * (cse_3 + (cse_1 * (cse_3 * cse_3))))))
     # outputs
     Y = torch.empty((X.shape[0], 6), dtype=X.dtype, device=X.device)
     _put(Y, range(0, 6), (state_S_0, state_S_1, state_S_2, state_S_3, state_S_4, state_S_5))
@@ -107,28 +85,28 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     if V & 2:  # tangent
         # d outputs / d inputs of the tangent variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], 6, 6), dtype=X.dtype, device=X.device)
-        _put(J[:, 0], range(0, 3), (d2, d3, d4))
-        _put(J[:, 1], range(0, 3), (d5, d6, d7))
-        _put(J[:, 2], range(0, 3), (d8, d9, d10))
+        _put(J[:, 0], range(0, 3), (dcse_0, dcse_1, dcse_1))
+        _put(J[:, 1], range(0, 3), (dcse_1, dcse_0, dcse_1))
+        _put(J[:, 2], range(0, 3), (dcse_1, dcse_1, dcse_0))
         _put(J[:, 3], (3,), (d1,))
-        _put(J[:, 4], (4,), (d11,))
-        _put(J[:, 5], (5,), (d12,))
+        _put(J[:, 4], (4,), (d1,))
+        _put(J[:, 5], (5,), (d1,))
     if V & 12:  # jacobian, total
         # d outputs / d inputs of the jacobian, total variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], *((6, 6) if V == 4 else (6, 8))), dtype=X.dtype, device=X.device)
-        _put(J[:, 0], range(0, 3), (d2, d3, d4))
-        _put(J[:, 1], range(0, 3), (d5, d6, d7))
-        _put(J[:, 2], range(0, 3), (d8, d9, d10))
+        _put(J[:, 0], range(0, 3), (dcse_0, dcse_1, dcse_1))
+        _put(J[:, 1], range(0, 3), (dcse_1, dcse_0, dcse_1))
+        _put(J[:, 2], range(0, 3), (dcse_1, dcse_1, dcse_0))
         _put(J[:, 3], (3,), (d1,))
-        _put(J[:, 4], (4,), (d11,))
-        _put(J[:, 5], (5,), (d12,))
+        _put(J[:, 4], (4,), (d1,))
+        _put(J[:, 5], (5,), (d1,))
         if V & 8:
-            _put(J[:, 0], (6, 7), (d13, d19))
-            _put(J[:, 1], (6, 7), (d14, d20))
-            _put(J[:, 2], (6, 7), (d15, d21))
-            _put(J[:, 3], (6, 7), (d16, d22))
-            _put(J[:, 4], (6, 7), (d17, d23))
-            _put(J[:, 5], (6, 7), (d18, d24))
+            _put(J[:, 0], (6, 7), ((cse_6 * cse_8), (-dcse_3 - (dcse_2 * forces_E_0))))
+            _put(J[:, 1], (6, 7), ((cse_10 * cse_8), (-dcse_3 - (dcse_2 * forces_E_1))))
+            _put(J[:, 2], (6, 7), ((cse_11 * cse_8), (-dcse_3 - (dcse_2 * forces_E_2))))
+            _put(J[:, 3], (6, 7), ((cse_8 * forces_E_3), (-dcse_2 * forces_E_3)))
+            _put(J[:, 4], (6, 7), ((cse_8 * forces_E_4), (-dcse_2 * forces_E_4)))
+            _put(J[:, 5], (6, 7), ((cse_8 * forces_E_5), (-dcse_2 * forces_E_5)))
     ST = None
     return Y, J, ST
 
@@ -229,21 +207,17 @@ if triton is not None:
                     (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)),
                     (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK)
                 tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row4, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
-        if V & 14:  # tangent, jacobian, total
-            d2 = d1
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(d2, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(d1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 24 .. 31 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
                 _row5 = _mc_row8(
                     (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)),
-                    d2, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK)
+                    d1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK)
                 tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row5, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
-        if V & 14:  # tangent, jacobian, total
-            d3 = d1
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d3, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d1, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         state_S_4 = (d1 * forces_E_4)
         state_S_5 = (d1 * forces_E_5)
         # outputs 4 .. 5
@@ -254,41 +228,32 @@ if triton is not None:
         cse_3 = (K0 / cse_2)
         cse_4 = (p_nu * cse_3)
         if V & 14:  # tangent, jacobian, total
-            d4 = (cse_4 * d1)
-            d5 = d4
+            dcse_1 = (cse_4 * d1)
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(d5, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(dcse_1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            d6 = (d1 * (K0 + cse_4))
-            d7 = d4
+            dcse_0 = (d1 * (K0 + cse_4))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(d6, d4, d7, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 14:  # tangent, jacobian, total
-            d8 = d4
-            d9 = d6
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(dcse_0, dcse_1, dcse_1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d8, d9, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), dcse_1, dcse_0, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
                 _row6 = _mc_row8(
-                    d6, d4, d7, (K1 + tl.zeros([BLOCK], dtype=DTYPE)),
-                    (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d8, d9, BLOCK)
+                    dcse_0, dcse_1, dcse_1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)),
+                    (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), dcse_1, dcse_0, BLOCK)
                 tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row6, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
-        if V & 14:  # tangent, jacobian, total
-            d10 = d4
-            d11 = d4
-            d12 = d6
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(d10, d11, d12, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(dcse_1, dcse_1, dcse_0, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 8 .. 15 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
                 _row7 = _mc_row8(
-                    d5, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)),
-                    d10, d11, d12, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK)
+                    dcse_1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)),
+                    dcse_1, dcse_1, dcse_0, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK)
                 tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row7, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         cse_0 = (forces_E_0 + forces_E_1 + forces_E_2)
         cse_5 = (cse_0 * cse_4)
@@ -310,21 +275,8 @@ if triton is not None:
                 state_S_4, state_S_5, _zero8, _zero8, BLOCK)
             tl.store(Y + row[:, None] * y_stride + tl.arange(0, 8)[None, :], _row9, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6))
         if V & 8:  # total
-            cse_14 = (cse_8 * cse_8)
-            cse_15 = (-cse_0 * ((cse_8 * (cse_3 + (cse_1 * (cse_3 * cse_3)))) - (cse_14 * cse_4)))
-            cse_16 = (p_E * cse_14)
-            d13 = (cse_6 * cse_8)
-            d14 = (cse_10 * cse_8)
-            d15 = (cse_11 * cse_8)
-            d16 = (cse_8 * forces_E_3)
-            d17 = (cse_8 * forces_E_4)
-            d18 = (cse_8 * forces_E_5)
-            d19 = (p_E * (-cse_15 - (cse_14 * forces_E_0)))
-            d20 = (p_E * (-cse_15 - (cse_14 * forces_E_1)))
-            d21 = (p_E * (-cse_15 - (cse_14 * forces_E_2)))
-            d22 = (-cse_16 * forces_E_3)
-            d23 = (-cse_16 * forces_E_4)
-            d24 = (-cse_16 * forces_E_5)
+            dcse_2 = (p_E * (cse_8 * cse_8))
+            dcse_3 = (-cse_0 * (-(cse_4 * dcse_2) + (p_E * cse_8 * (cse_3 + (cse_1 * (cse_3 * cse_3))))))
         if V & 2:  # tangent
             # d outputs / d inputs of the tangent variant(s): every entry written once, zeros included
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
@@ -334,13 +286,13 @@ if triton is not None:
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
             _k10 = tl.arange(0, 4)[None, :]
-            tl.store(J + row[:, None] * j_stride + _k10 + (_k10 // 6) * (2 * (V // 8)), _mc_row4(d6, d4, d7, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + _k10 + (_k10 // 6) * (2 * (V // 8)), _mc_row4(dcse_0, dcse_1, dcse_1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             _k11 = tl.arange(0, 4)[None, :] + 4
-            tl.store(J + row[:, None] * j_stride + _k11 + (_k11 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d8, d9, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + _k11 + (_k11 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), dcse_1, dcse_0, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             _k12 = tl.arange(0, 4)[None, :] + 8
-            tl.store(J + row[:, None] * j_stride + _k12 + (_k12 // 6) * (2 * (V // 8)), _mc_row4(d5, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + _k12 + (_k12 // 6) * (2 * (V // 8)), _mc_row4(dcse_1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             _k13 = tl.arange(0, 4)[None, :] + 12
-            tl.store(J + row[:, None] * j_stride + _k13 + (_k13 // 6) * (2 * (V // 8)), _mc_row4(d10, d11, d12, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + _k13 + (_k13 // 6) * (2 * (V // 8)), _mc_row4(dcse_1, dcse_1, dcse_0, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             _k14 = tl.arange(0, 4)[None, :] + 16
             tl.store(J + row[:, None] * j_stride + _k14 + (_k14 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             _k15 = tl.arange(0, 4)[None, :] + 20
@@ -348,16 +300,16 @@ if triton is not None:
             _k16 = tl.arange(0, 4)[None, :] + 24
             tl.store(J + row[:, None] * j_stride + _k16 + (_k16 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             _k17 = tl.arange(0, 4)[None, :] + 28
-            tl.store(J + row[:, None] * j_stride + _k17 + (_k17 // 6) * (2 * (V // 8)), _mc_row4(d2, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + _k17 + (_k17 // 6) * (2 * (V // 8)), _mc_row4(d1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             _k18 = tl.arange(0, 4)[None, :] + 32
-            tl.store(J + row[:, None] * j_stride + _k18 + (_k18 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d3, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + _k18 + (_k18 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d1, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             if V & 8:
                 _k19 = tl.arange(0, 4)[None, :]
-                tl.store(J + row[:, None] * j_stride + (_k19 // 2) * 8 + 6 + _k19 % 2, _mc_row4(d13, d19, d14, d20, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k19 // 2) * 8 + 6 + _k19 % 2, _mc_row4((cse_6 * cse_8), (-dcse_3 - (dcse_2 * forces_E_0)), (cse_10 * cse_8), (-dcse_3 - (dcse_2 * forces_E_1)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k20 = tl.arange(0, 4)[None, :] + 4
-                tl.store(J + row[:, None] * j_stride + (_k20 // 2) * 8 + 6 + _k20 % 2, _mc_row4(d15, d21, d16, d22, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k20 // 2) * 8 + 6 + _k20 % 2, _mc_row4((cse_11 * cse_8), (-dcse_3 - (dcse_2 * forces_E_2)), (cse_8 * forces_E_3), (-dcse_2 * forces_E_3), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k21 = tl.arange(0, 4)[None, :] + 8
-                tl.store(J + row[:, None] * j_stride + (_k21 // 2) * 8 + 6 + _k21 % 2, _mc_row4(d17, d23, d18, d24, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k21 // 2) * 8 + 6 + _k21 % 2, _mc_row4((cse_8 * forces_E_4), (-dcse_2 * forces_E_4), (cse_8 * forces_E_5), (-dcse_2 * forces_E_5), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
 else:
     _kernel = None
 
@@ -395,7 +347,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real v_p[2 * MC_W];
     mc_load(v_p, a->p + i0 * a->ps, a->ps, 2, nl);
     real o_y[6 * MC_W];
-    real o_j[24 * MC_W];
+    real o_j[15 * MC_W];
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
@@ -415,7 +367,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_7 = (((real)1.0) + p_nu);
         const real cse_8 = (((real)1.0) / cse_7);
         const real d1 = (p_E * cse_8);
-        if (V & 14) o_j[9 * MC_W + l] = d1;
+        if (V & 14) o_j[2 * MC_W + l] = d1;
         const real cse_10 = (cse_5 + forces_E_1);
         const real cse_11 = (cse_5 + forces_E_2);
         const real state_S_0 = (cse_6 * d1);
@@ -430,43 +382,33 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         o_y[4 * MC_W + l] = state_S_4;
         const real state_S_5 = (d1 * forces_E_5);
         o_y[5 * MC_W + l] = state_S_5;
-        const real d2 = (d1 * (((real)1.0) + cse_4));
-        if (V & 14) o_j[0 * MC_W + l] = d2;
-        const real d3 = (cse_4 * d1);
-        if (V & 14) o_j[1 * MC_W + l] = d3;
-        if (V & 14) o_j[2 * MC_W + l] = d3;
-        if (V & 14) o_j[3 * MC_W + l] = d3;
-        if (V & 14) o_j[4 * MC_W + l] = d2;
-        if (V & 14) o_j[5 * MC_W + l] = d3;
-        if (V & 14) o_j[6 * MC_W + l] = d3;
-        if (V & 14) o_j[7 * MC_W + l] = d3;
-        if (V & 14) o_j[8 * MC_W + l] = d2;
-        if (V & 14) o_j[10 * MC_W + l] = d1;
-        if (V & 14) o_j[11 * MC_W + l] = d1;
-        const real cse_14 = (cse_8 * cse_8);
-        const real cse_15 = (-cse_0 * ((cse_8 * (cse_3 + (cse_1 * (cse_3 * cse_3)))) - (cse_14 * cse_4)));
-        const real cse_16 = (p_E * cse_14);
-        if (V & 8) o_j[12 * MC_W + l] = (cse_6 * cse_8);
-        if (V & 8) o_j[14 * MC_W + l] = (cse_10 * cse_8);
-        if (V & 8) o_j[16 * MC_W + l] = (cse_11 * cse_8);
-        if (V & 8) o_j[18 * MC_W + l] = (cse_8 * forces_E_3);
-        if (V & 8) o_j[20 * MC_W + l] = (cse_8 * forces_E_4);
-        if (V & 8) o_j[22 * MC_W + l] = (cse_8 * forces_E_5);
-        if (V & 8) o_j[13 * MC_W + l] = (p_E * (-cse_15 - (cse_14 * forces_E_0)));
-        if (V & 8) o_j[15 * MC_W + l] = (p_E * (-cse_15 - (cse_14 * forces_E_1)));
-        if (V & 8) o_j[17 * MC_W + l] = (p_E * (-cse_15 - (cse_14 * forces_E_2)));
-        if (V & 8) o_j[19 * MC_W + l] = (-cse_16 * forces_E_3);
-        if (V & 8) o_j[21 * MC_W + l] = (-cse_16 * forces_E_4);
-        if (V & 8) o_j[23 * MC_W + l] = (-cse_16 * forces_E_5);
+        const real dcse_0 = (d1 * (((real)1.0) + cse_4));
+        if (V & 14) o_j[0 * MC_W + l] = dcse_0;
+        const real dcse_1 = (cse_4 * d1);
+        if (V & 14) o_j[1 * MC_W + l] = dcse_1;
+        const real dcse_2 = (p_E * (cse_8 * cse_8));
+        const real dcse_3 = (-cse_0 * (-(cse_4 * dcse_2) + (p_E * cse_8 * (cse_3 + (cse_1 * (cse_3 * cse_3))))));
+        if (V & 8) o_j[3 * MC_W + l] = (cse_6 * cse_8);
+        if (V & 8) o_j[4 * MC_W + l] = (-dcse_3 - (dcse_2 * forces_E_0));
+        if (V & 8) o_j[5 * MC_W + l] = (cse_10 * cse_8);
+        if (V & 8) o_j[6 * MC_W + l] = (-dcse_3 - (dcse_2 * forces_E_1));
+        if (V & 8) o_j[7 * MC_W + l] = (cse_11 * cse_8);
+        if (V & 8) o_j[8 * MC_W + l] = (-dcse_3 - (dcse_2 * forces_E_2));
+        if (V & 8) o_j[9 * MC_W + l] = (cse_8 * forces_E_3);
+        if (V & 8) o_j[10 * MC_W + l] = (-dcse_2 * forces_E_3);
+        if (V & 8) o_j[11 * MC_W + l] = (cse_8 * forces_E_4);
+        if (V & 8) o_j[12 * MC_W + l] = (-dcse_2 * forces_E_4);
+        if (V & 8) o_j[13 * MC_W + l] = (cse_8 * forces_E_5);
+        if (V & 8) o_j[14 * MC_W + l] = (-dcse_2 * forces_E_5);
     }
     static const int16_t jt1[24][3] = {
-        {0, 0, 0}, {1, 0, 1}, {2, 0, 2}, {3, 1, 0}, {4, 1, 1}, {5, 1, 2}, {6, 2, 0}, {7, 2, 1},
-        {8, 2, 2}, {9, 3, 3}, {10, 4, 4}, {11, 5, 5}, {12, 0, 6}, {13, 0, 7}, {14, 1, 6}, {15, 1, 7},
-        {16, 2, 6}, {17, 2, 7}, {18, 3, 6}, {19, 3, 7}, {20, 4, 6}, {21, 4, 7}, {22, 5, 6}, {23, 5, 7},
+        {0, 0, 0}, {1, 0, 1}, {1, 0, 2}, {1, 1, 0}, {0, 1, 1}, {1, 1, 2}, {1, 2, 0}, {1, 2, 1},
+        {0, 2, 2}, {2, 3, 3}, {2, 4, 4}, {2, 5, 5}, {3, 0, 6}, {4, 0, 7}, {5, 1, 6}, {6, 1, 7},
+        {7, 2, 6}, {8, 2, 7}, {9, 3, 6}, {10, 3, 7}, {11, 4, 6}, {12, 4, 7}, {13, 5, 6}, {14, 5, 7},
     };
     static const int16_t jt0[12][3] = {
-        {0, 0, 0}, {1, 0, 1}, {2, 0, 2}, {3, 1, 0}, {4, 1, 1}, {5, 1, 2}, {6, 2, 0}, {7, 2, 1},
-        {8, 2, 2}, {9, 3, 3}, {10, 4, 4}, {11, 5, 5},
+        {0, 0, 0}, {1, 0, 1}, {1, 0, 2}, {1, 1, 0}, {0, 1, 1}, {1, 1, 2}, {1, 2, 0}, {1, 2, 1},
+        {0, 2, 2}, {2, 3, 3}, {2, 4, 4}, {2, 5, 5},
     };
     mc_store(a->y + i0 * a->ys, a->ys, o_y, 6, nl, a->flags & MC_STREAM);
     for (int l = 0; l < nl; ++l) {

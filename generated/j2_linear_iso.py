@@ -133,357 +133,217 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     state_S_4 = (cse_230 * cse_4)
     state_S_5 = (cse_230 * cse_5)
     if V & 14:  # tangent, jacobian, total
-        cse_42 = (cse_15 + cse_18 - (1.3333333333333333 * cse_0))
-        cse_43 = (-cse_42)
-        cse_44 = _heaviside(cse_34)
-        cse_45 = _sdiv(1.0, cse_33)
-        cse_46 = (cse_44 * torch.where(cse_44 == 0.0, 0.0, cse_22) * torch.where(cse_44 == 0.0, 0.0, cse_45))
-        cse_47 = (cse_28 * cse_46)
-        cse_48 = (cse_10 * cse_47)
-        cse_49 = (0.6666666666666666 * cse_22)
-        cse_50 = (-cse_49)
-        cse_51 = (torch.where(cse_35 == 0.0, 0.0, cse_45) * torch.where(cse_35 == 0.0, 0.0, _sdiv(1.0, (cse_21 * cse_21))))
-        cse_52 = (cse_10 * cse_51)
-        d1 = (cse_30 * ((cse_35 * (-cse_50 - (cse_43 * cse_52))) + (cse_43 * cse_48)))
-        cse_54 = (cse_15 + cse_6 - (1.3333333333333333 * cse_1))
-        cse_55 = (-cse_54)
-        cse_56 = (0.3333333333333333 * cse_22)
-        d2 = (cse_30 * ((cse_35 * (-cse_56 - (cse_52 * cse_55))) + (cse_48 * cse_55)))
-        cse_58 = (cse_18 + cse_6 - (1.3333333333333333 * cse_2))
-        cse_59 = (-cse_58)
-        d3 = (cse_30 * ((cse_35 * (-cse_56 - (cse_52 * cse_59))) + (cse_48 * cse_59)))
-        cse_61 = (cse_35 * cse_51)
-        cse_62 = (4.0 * cse_27)
-        cse_63 = (cse_46 * cse_62)
-        cse_64 = (cse_63 - (2.0 * cse_61))
-        cse_65 = (cse_30 * cse_64)
-        cse_66 = (cse_10 * cse_65)
-        d4 = (cse_3 * cse_66)
-        d5 = (cse_4 * cse_66)
-        d6 = (cse_5 * cse_66)
-        cse_70 = (cse_20 * cse_47)
-        cse_71 = (cse_20 * cse_51)
-        d7 = (cse_30 * ((cse_35 * (-cse_56 - (cse_43 * cse_71))) + (cse_43 * cse_70)))
-        d8 = (cse_30 * ((cse_35 * (-cse_50 - (cse_55 * cse_71))) + (cse_55 * cse_70)))
-        d9 = (cse_30 * ((cse_35 * (-cse_56 - (cse_59 * cse_71))) + (cse_59 * cse_70)))
-        cse_75 = (cse_20 * cse_65)
-        d10 = (cse_3 * cse_75)
-        d11 = (cse_4 * cse_75)
-        d12 = (cse_5 * cse_75)
-        cse_79 = (cse_17 * cse_47)
-        cse_80 = (cse_17 * cse_51)
-        d13 = (cse_30 * ((cse_35 * (-cse_56 - (cse_43 * cse_80))) + (cse_43 * cse_79)))
-        d14 = (cse_30 * ((cse_35 * (-cse_56 - (cse_55 * cse_80))) + (cse_55 * cse_79)))
-        d15 = (cse_30 * ((cse_35 * (-cse_50 - (cse_59 * cse_80))) + (cse_59 * cse_79)))
-        cse_84 = (cse_17 * cse_65)
-        d16 = (cse_3 * cse_84)
-        d17 = (cse_4 * cse_84)
-        d18 = (cse_5 * cse_84)
-        cse_88 = (cse_30 * (cse_47 - cse_61))
-        cse_89 = (cse_3 * cse_88)
-        d19 = (cse_43 * cse_89)
-        d20 = (cse_55 * cse_89)
-        d21 = (cse_59 * cse_89)
-        cse_93 = (cse_11 * cse_63)
-        cse_94 = (-cse_22)
-        cse_95 = (2.0 * cse_51)
-        cse_96 = (cse_94 + (cse_11 * cse_95))
-        d22 = (cse_30 * (cse_93 - (cse_35 * cse_96)))
-        cse_98 = (cse_3 * cse_65)
-        d23 = (cse_4 * cse_98)
-        d24 = (cse_5 * cse_98)
-        cse_101 = (cse_4 * cse_88)
-        d25 = (cse_101 * cse_43)
-        d26 = (cse_101 * cse_55)
-        d27 = (cse_101 * cse_59)
-        cse_105 = (cse_12 * cse_63)
-        cse_106 = (cse_94 + (cse_12 * cse_95))
-        d28 = (cse_30 * (cse_105 - (cse_106 * cse_35)))
-        cse_108 = (cse_4 * cse_5)
-        d29 = (cse_108 * cse_65)
-        cse_110 = (cse_5 * cse_88)
-        d30 = (cse_110 * cse_43)
-        d31 = (cse_110 * cse_55)
-        d32 = (cse_110 * cse_59)
-        cse_114 = (cse_13 * cse_63)
-        cse_115 = (cse_94 + (cse_13 * cse_95))
-        d33 = (cse_30 * (cse_114 - (cse_115 * cse_35)))
-        cse_231 = (1.0 + cse_221)
-        cse_232 = (-cse_226)
-        d34 = (cse_232 * d23)
-        d35 = (cse_232 * d24)
-        d36 = (cse_232 * d29)
-        d37 = (cse_226 * (cse_231 - d1))
-        d38 = (cse_226 * (cse_221 - d2))
-        d39 = (cse_226 * (cse_221 - d3))
-        d40 = (-cse_226 * d4)
-        d41 = (-cse_226 * d5)
-        d42 = (-cse_226 * d6)
-        d43 = (cse_226 * (cse_221 - d7))
-        d44 = (cse_226 * (cse_231 - d8))
-        d45 = (cse_226 * (cse_221 - d9))
-        d46 = (-cse_226 * d10)
-        d47 = (-cse_226 * d11)
-        d48 = (-cse_226 * d12)
-        d49 = (cse_226 * (cse_221 - d13))
-        d50 = (cse_226 * (cse_221 - d14))
-        d51 = (cse_226 * (cse_231 - d15))
-        d52 = (-cse_226 * d16)
-        d53 = (-cse_226 * d17)
-        d54 = (-cse_226 * d18)
-        d55 = (cse_232 * d19)
-        d56 = (cse_232 * d20)
-        d57 = (cse_232 * d21)
-        d58 = (cse_226 + (cse_232 * d22))
-        d59 = (cse_232 * d25)
-        d60 = (cse_232 * d26)
-        d61 = (cse_232 * d27)
-        d62 = d34
-        d63 = (cse_226 + (cse_232 * d28))
-        d64 = (cse_232 * d30)
-        d65 = (cse_232 * d31)
-        d66 = (cse_232 * d32)
-        d67 = d35
-        d68 = d36
-        d69 = (cse_226 + (cse_232 * d33))
+        dcse_236 = (cse_22 * cse_35)
+        dcse_237 = (-0.6666666666666666 * dcse_236)
+        dcse_259 = torch.where(cse_35 == 0.0, 0.0, _sdiv(1.0, (cse_21 * cse_21)))
+        dcse_258 = _sdiv(1.0, cse_33)
+        dcse_263 = torch.where(cse_35 == 0.0, 0.0, dcse_258)
+        dcse_255 = (cse_35 * dcse_259 * dcse_263)
+        dcse_257 = _heaviside(cse_34)
+        dcse_256 = (dcse_257 * torch.where(dcse_257 == 0.0, 0.0, cse_22) * torch.where(dcse_257 == 0.0, 0.0, dcse_258))
+        dcse_264 = (-dcse_255 + (cse_28 * dcse_256))
+        dcse_238 = (cse_10 * dcse_264)
+        dcse_239 = (0.3333333333333333 * dcse_236)
+        dcse_240 = (cse_226 * cse_30)
+        dcse_265 = (-(2.0 * dcse_255) + (4.0 * cse_27 * dcse_256))
+        dcse_241 = (dcse_240 * dcse_265)
+        dcse_242 = (cse_10 * dcse_241)
+        dcse_243 = (cse_20 * dcse_264)
+        dcse_244 = (cse_20 * dcse_241)
+        dcse_245 = (cse_17 * dcse_264)
+        dcse_246 = (cse_17 * dcse_241)
+        dcse_247 = (dcse_240 * dcse_264)
+        dcse_248 = (cse_3 * dcse_247)
+        dcse_249 = (cse_3 * dcse_241)
+        dcse_250 = (-cse_4 * dcse_249)
+        dcse_251 = (-cse_5 * dcse_249)
+        dcse_252 = (cse_4 * dcse_247)
+        dcse_253 = (-cse_4 * cse_5 * dcse_241)
+        dcse_254 = (cse_5 * dcse_247)
+        dcse_260 = (cse_15 + cse_18 - (1.3333333333333333 * cse_0))
+        dcse_261 = (cse_15 + cse_6 - (1.3333333333333333 * cse_1))
+        dcse_262 = (cse_18 + cse_6 - (1.3333333333333333 * cse_2))
+        dcse_266 = (1.0 + cse_221)
     if V & 12:  # jacobian, total
-        d70 = (1.0 + (cse_30 * ((cse_35 * (-cse_49 - (cse_42 * cse_52))) + (cse_42 * cse_48))))
-        cse_118 = (-cse_56)
-        cse_119 = ((cse_35 * (-cse_118 - (cse_52 * cse_54))) + (cse_48 * cse_54))
-        d71 = (cse_119 * cse_30)
-        cse_121 = ((cse_35 * (-cse_118 - (cse_52 * cse_58))) + (cse_48 * cse_58))
-        d72 = (cse_121 * cse_30)
-        cse_123 = (-cse_64)
-        cse_124 = (cse_123 * cse_30)
-        cse_125 = (cse_10 * cse_124)
-        cse_126 = ((cse_35 * (-cse_118 - (cse_42 * cse_71))) + (cse_42 * cse_70))
-        d73 = (cse_126 * cse_30)
-        d74 = (1.0 + (cse_30 * ((cse_35 * (-cse_49 - (cse_54 * cse_71))) + (cse_54 * cse_70))))
-        cse_129 = ((cse_35 * (-cse_118 - (cse_58 * cse_71))) + (cse_58 * cse_70))
-        d75 = (cse_129 * cse_30)
-        cse_131 = (cse_124 * cse_20)
-        cse_132 = ((cse_35 * (-cse_118 - (cse_42 * cse_80))) + (cse_42 * cse_79))
-        d76 = (cse_132 * cse_30)
-        cse_134 = ((cse_35 * (-cse_118 - (cse_54 * cse_80))) + (cse_54 * cse_79))
-        d77 = (cse_134 * cse_30)
-        d78 = (1.0 + (cse_30 * ((cse_35 * (-cse_49 - (cse_58 * cse_80))) + (cse_58 * cse_79))))
-        cse_137 = (cse_124 * cse_17)
-        d79 = (cse_42 * cse_89)
-        d80 = (cse_54 * cse_89)
-        d81 = (cse_58 * cse_89)
-        d82 = (1.0 + (cse_30 * (-cse_93 + (cse_35 * cse_96))))
-        cse_142 = (cse_124 * cse_3)
-        d83 = (cse_142 * cse_4)
-        d84 = (cse_142 * cse_5)
-        d85 = (cse_101 * cse_42)
-        d86 = (cse_101 * cse_54)
-        d87 = (cse_101 * cse_58)
-        d88 = (1.0 + (cse_30 * (-cse_105 + (cse_106 * cse_35))))
-        d89 = (cse_108 * cse_124)
-        d90 = (cse_110 * cse_42)
-        d91 = (cse_110 * cse_54)
-        d92 = (cse_110 * cse_58)
-        d93 = (1.0 + (cse_30 * (-cse_114 + (cse_115 * cse_35))))
-        cse_154 = (cse_30 * cse_44)
-        cse_155 = (2.449489742783178 * cse_154)
-        cse_156 = (cse_155 * cse_56)
-        cse_157 = (cse_10 * cse_156)
-        d94 = (-p_K * cse_157)
-        cse_159 = (cse_156 * cse_20)
-        d95 = (-p_K * cse_159)
-        cse_161 = (cse_156 * cse_17)
-        d96 = (-p_K * cse_161)
-        cse_163 = (cse_156 * cse_3)
-        d97 = (-p_K * cse_163)
-        cse_165 = (cse_156 * cse_4)
-        d98 = (-p_K * cse_165)
-        cse_167 = (cse_156 * cse_5)
-        d99 = (-p_K * cse_167)
-        cse_193 = (0.816496580927726 * cse_154)
-        cse_202 = (0.6666666666666666 * cse_154)
-        cse_203 = (cse_27 * cse_45)
-        cse_204 = (2.449489742783178 * cse_202 * cse_203)
-        cse_205 = (1.3333333333333333 * cse_155 * cse_203)
-        d100 = (cse_205 * cse_3)
-        d101 = (cse_205 * cse_4)
-        d102 = (cse_205 * cse_5)
-        cse_209 = _sdiv(1.0, cse_41)
-        cse_210 = (cse_154 * cse_209 * cse_45)
-        cse_211 = (cse_210 * cse_28)
-        cse_212 = (cse_210 * cse_62)
-        d103 = (cse_212 * cse_3)
-        d104 = (cse_212 * cse_4)
-        d105 = (cse_212 * cse_5)
-        d106 = _sdiv(cse_36, (cse_41 * cse_41))
-        cse_217 = (cse_193 * cse_209)
-        cse_236 = (-cse_231)
-        cse_237 = (cse_221 * cse_226)
-        cse_238 = (cse_237 * cse_30)
-        cse_239 = (cse_237 * cse_9)
-        cse_240 = (cse_124 * cse_239)
-        cse_241 = (cse_19 * cse_237)
-        cse_242 = (cse_124 * cse_241)
-        cse_243 = (cse_16 * cse_237)
-        cse_244 = (cse_124 * cse_243)
-        d107 = (cse_232 * d83)
-        d108 = (cse_232 * d84)
-        d109 = (cse_232 * d89)
-        d110 = d23
-        d111 = d24
-        d112 = d29
-        d113 = (cse_125 * cse_3)
-        d114 = (cse_125 * cse_4)
-        d115 = (cse_125 * cse_5)
-        d116 = (cse_131 * cse_3)
-        d117 = (cse_131 * cse_4)
-        d118 = (cse_131 * cse_5)
-        d119 = (cse_137 * cse_3)
-        d120 = (cse_137 * cse_4)
-        d121 = (cse_137 * cse_5)
-        d122 = d83
-        d123 = d84
-        d124 = d89
-        d125 = (cse_204 * cse_43)
-        d126 = (cse_204 * cse_55)
-        d127 = (cse_204 * cse_59)
-        d128 = (cse_204 * cse_42)
-        d129 = (cse_204 * cse_54)
-        d130 = (cse_204 * cse_58)
-        d131 = (-d100)
-        d132 = (-d101)
-        d133 = (-d102)
-        d134 = (1.0 - (cse_154 * cse_23))
-        d135 = (cse_211 * cse_43)
-        d136 = (cse_211 * cse_55)
-        d137 = (cse_211 * cse_59)
-        d138 = (-d106)
-        d139 = (cse_211 * cse_42)
-        d140 = (cse_211 * cse_54)
-        d141 = (cse_211 * cse_58)
-        d142 = (-d103)
-        d143 = (-d104)
-        d144 = (-d105)
-        d145 = (-p_K * cse_217)
-        d146 = (-(cse_238 * (cse_126 + cse_132)) + (p_E * cse_225 * cse_236 * d70))
-        d147 = (-(cse_237 * (d74 + d77)) + (p_E * cse_119 * cse_225 * cse_236 * cse_30))
-        d148 = (-(cse_237 * (d75 + d78)) + (p_E * cse_121 * cse_225 * cse_236 * cse_30))
-        d149 = (-(cse_142 * cse_239) + (p_E * cse_10 * cse_123 * cse_225 * cse_236 * cse_3 * cse_30))
-        d150 = (-(cse_240 * cse_4) + (p_E * cse_10 * cse_123 * cse_225 * cse_236 * cse_30 * cse_4))
-        d151 = (-(cse_240 * cse_5) + (p_E * cse_10 * cse_123 * cse_225 * cse_236 * cse_30 * cse_5))
-        d152 = (-(cse_237 * (d70 + d76)) + (p_E * cse_126 * cse_225 * cse_236 * cse_30))
-        d153 = (-(cse_238 * (cse_119 + cse_134)) + (p_E * cse_225 * cse_236 * d74))
-        d154 = (-(cse_237 * (d72 + d78)) + (p_E * cse_129 * cse_225 * cse_236 * cse_30))
-        d155 = (-(cse_142 * cse_241) + (p_E * cse_123 * cse_20 * cse_225 * cse_236 * cse_3 * cse_30))
-        d156 = (-(cse_242 * cse_4) + (p_E * cse_123 * cse_20 * cse_225 * cse_236 * cse_30 * cse_4))
-        d157 = (-(cse_242 * cse_5) + (p_E * cse_123 * cse_20 * cse_225 * cse_236 * cse_30 * cse_5))
-        d158 = (-(cse_237 * (d70 + d73)) + (p_E * cse_132 * cse_225 * cse_236 * cse_30))
-        d159 = (-(cse_237 * (d71 + d74)) + (p_E * cse_134 * cse_225 * cse_236 * cse_30))
-        d160 = (-(cse_238 * (cse_121 + cse_129)) + (p_E * cse_225 * cse_236 * d78))
-        d161 = (-(cse_142 * cse_243) + (p_E * cse_123 * cse_17 * cse_225 * cse_236 * cse_3 * cse_30))
-        d162 = (-(cse_244 * cse_4) + (p_E * cse_123 * cse_17 * cse_225 * cse_236 * cse_30 * cse_4))
-        d163 = (-(cse_244 * cse_5) + (p_E * cse_123 * cse_17 * cse_225 * cse_236 * cse_30 * cse_5))
-        d164 = (cse_232 * d79)
-        d165 = (cse_232 * d80)
-        d166 = (cse_232 * d81)
-        d167 = (cse_232 * d82)
-        d168 = (cse_232 * d85)
-        d169 = (cse_232 * d86)
-        d170 = (cse_232 * d87)
-        d171 = d107
-        d172 = (cse_232 * d88)
-        d173 = (cse_232 * d90)
-        d174 = (cse_232 * d91)
-        d175 = (cse_232 * d92)
-        d176 = d108
-        d177 = d109
-        d178 = (cse_232 * d93)
-        d179 = (cse_232 * d94)
-        d180 = (cse_232 * d95)
-        d181 = (cse_232 * d96)
-        d182 = (cse_232 * d97)
-        d183 = (cse_232 * d98)
-        d184 = (cse_232 * d99)
+        dcse_35 = (cse_22 * cse_35)
+        dcse_36 = (cse_30 * dcse_35)
+        dcse_37 = (0.6666666666666666 * dcse_36)
+        dcse_204 = _heaviside(cse_34)
+        dcse_205 = _sdiv(1.0, cse_33)
+        dcse_38 = (dcse_204 * torch.where(dcse_204 == 0.0, 0.0, cse_22) * torch.where(dcse_204 == 0.0, 0.0, dcse_205))
+        dcse_39 = (cse_28 * dcse_38)
+        dcse_40 = torch.where(cse_35 == 0.0, 0.0, dcse_205)
+        dcse_41 = torch.where(cse_35 == 0.0, 0.0, _sdiv(1.0, (cse_21 * cse_21)))
+        dcse_42 = (dcse_39 - (cse_35 * dcse_40 * dcse_41))
+        dcse_43 = (-dcse_42)
+        dcse_44 = (cse_10 * cse_30)
+        dcse_45 = (dcse_43 * dcse_44)
+        dcse_46 = (-0.3333333333333333 * dcse_36)
+        dcse_68 = (4.0 * cse_27)
+        dcse_69 = (dcse_40 * dcse_41)
+        dcse_70 = ((dcse_38 * dcse_68) - (2.0 * cse_35 * dcse_69))
+        dcse_47 = (dcse_44 * dcse_70)
+        dcse_48 = (cse_3 * dcse_47)
+        dcse_49 = (cse_4 * dcse_47)
+        dcse_50 = (cse_5 * dcse_47)
+        dcse_51 = (cse_20 * cse_30)
+        dcse_52 = (dcse_43 * dcse_51)
+        dcse_53 = (dcse_51 * dcse_70)
+        dcse_54 = (cse_3 * dcse_53)
+        dcse_55 = (cse_4 * dcse_53)
+        dcse_56 = (cse_5 * dcse_53)
+        dcse_57 = (cse_17 * cse_30)
+        dcse_58 = (dcse_43 * dcse_57)
+        dcse_59 = (dcse_57 * dcse_70)
+        dcse_60 = (cse_3 * dcse_59)
+        dcse_61 = (cse_4 * dcse_59)
+        dcse_62 = (cse_5 * dcse_59)
+        dcse_63 = (cse_3 * cse_30)
+        dcse_64 = (dcse_43 * dcse_63)
+        dcse_203 = (cse_15 + cse_18 - (1.3333333333333333 * cse_0))
+        dcse_65 = (dcse_203 * dcse_64)
+        dcse_206 = (cse_15 + cse_6 - (1.3333333333333333 * cse_1))
+        dcse_66 = (dcse_206 * dcse_64)
+        dcse_207 = (cse_18 + cse_6 - (1.3333333333333333 * cse_2))
+        dcse_67 = (dcse_207 * dcse_64)
+        dcse_71 = (cse_30 * dcse_70)
+        dcse_72 = (cse_11 * dcse_71)
+        dcse_73 = (dcse_63 * dcse_70)
+        dcse_74 = (cse_4 * dcse_73)
+        dcse_75 = (cse_5 * dcse_73)
+        dcse_76 = (cse_30 * cse_4)
+        dcse_77 = (dcse_43 * dcse_76)
+        dcse_78 = (dcse_203 * dcse_77)
+        dcse_79 = (dcse_206 * dcse_77)
+        dcse_80 = (dcse_207 * dcse_77)
+        dcse_81 = (cse_12 * dcse_71)
+        dcse_82 = (dcse_70 * dcse_76)
+        dcse_83 = (cse_5 * dcse_82)
+        dcse_84 = (cse_30 * cse_5)
+        dcse_85 = (dcse_43 * dcse_84)
+        dcse_86 = (dcse_203 * dcse_85)
+        dcse_87 = (dcse_206 * dcse_85)
+        dcse_88 = (dcse_207 * dcse_85)
+        dcse_89 = (cse_13 * dcse_71)
+        dcse_208 = (cse_10 * dcse_39)
+        dcse_210 = (cse_10 * dcse_69)
+        dcse_211 = (-0.3333333333333333 * cse_22)
+        dcse_220 = ((cse_35 * (-dcse_211 - (dcse_206 * dcse_210))) + (dcse_206 * dcse_208))
+        dcse_90 = (cse_30 * dcse_220)
+        dcse_221 = ((cse_35 * (-dcse_211 - (dcse_207 * dcse_210))) + (dcse_207 * dcse_208))
+        dcse_91 = (cse_30 * dcse_221)
+        dcse_212 = (cse_20 * dcse_39)
+        dcse_213 = (cse_20 * dcse_69)
+        dcse_222 = ((cse_35 * (-dcse_211 - (dcse_203 * dcse_213))) + (dcse_203 * dcse_212))
+        dcse_92 = (cse_30 * dcse_222)
+        dcse_224 = ((cse_35 * (-dcse_211 - (dcse_207 * dcse_213))) + (dcse_207 * dcse_212))
+        dcse_93 = (cse_30 * dcse_224)
+        dcse_214 = (cse_17 * dcse_39)
+        dcse_215 = (cse_17 * dcse_69)
+        dcse_225 = ((cse_35 * (-dcse_211 - (dcse_203 * dcse_215))) + (dcse_203 * dcse_214))
+        dcse_94 = (cse_30 * dcse_225)
+        dcse_226 = ((cse_35 * (-dcse_211 - (dcse_206 * dcse_215))) + (dcse_206 * dcse_214))
+        dcse_95 = (cse_30 * dcse_226)
+        dcse_96 = (dcse_42 * dcse_63)
+        dcse_97 = (-cse_30 * dcse_70)
+        dcse_98 = (1.0 - dcse_36)
+        dcse_99 = (-dcse_74)
+        dcse_100 = (-dcse_75)
+        dcse_101 = (dcse_42 * dcse_76)
+        dcse_102 = (-dcse_83)
+        dcse_103 = (dcse_42 * dcse_84)
+        dcse_105 = (cse_30 * dcse_204)
+        dcse_106 = (2.449489742783178 * dcse_105)
+        dcse_107 = (0.3333333333333333 * cse_22 * dcse_106)
+        dcse_108 = (cse_10 * dcse_107)
+        dcse_109 = (p_K * dcse_108)
+        dcse_110 = (cse_20 * dcse_107)
+        dcse_111 = (p_K * dcse_110)
+        dcse_112 = (cse_17 * dcse_107)
+        dcse_113 = (p_K * dcse_112)
+        dcse_114 = (cse_3 * dcse_107)
+        dcse_115 = (p_K * dcse_114)
+        dcse_116 = (cse_4 * dcse_107)
+        dcse_117 = (p_K * dcse_116)
+        dcse_118 = (cse_5 * dcse_107)
+        dcse_119 = (p_K * dcse_118)
+        dcse_162 = (0.3333333333333333 * dcse_106)
+        dcse_134 = (dcse_203 * dcse_205)
+        dcse_135 = (0.6666666666666666 * dcse_105)
+        dcse_136 = (2.449489742783178 * cse_27 * dcse_135)
+        dcse_137 = (dcse_134 * dcse_136)
+        dcse_138 = (dcse_136 * dcse_205)
+        dcse_139 = (dcse_138 * dcse_206)
+        dcse_140 = (dcse_138 * dcse_207)
+        dcse_141 = (cse_3 * dcse_205)
+        dcse_142 = (1.3333333333333333 * cse_27 * dcse_106)
+        dcse_143 = (dcse_141 * dcse_142)
+        dcse_144 = (dcse_142 * dcse_205)
+        dcse_145 = (cse_4 * dcse_144)
+        dcse_146 = (cse_5 * dcse_144)
+        dcse_231 = _sdiv(1.0, cse_41)
+        dcse_151 = (dcse_105 * dcse_231)
+        dcse_152 = (cse_28 * dcse_151)
+        dcse_153 = (dcse_134 * dcse_152)
+        dcse_154 = (dcse_152 * dcse_205)
+        dcse_155 = (dcse_154 * dcse_206)
+        dcse_156 = (dcse_154 * dcse_207)
+        dcse_157 = (dcse_151 * dcse_68)
+        dcse_158 = (dcse_141 * dcse_157)
+        dcse_159 = (dcse_157 * dcse_205)
+        dcse_160 = (cse_4 * dcse_159)
+        dcse_161 = (cse_5 * dcse_159)
+        dcse_163 = (dcse_162 * dcse_231)
+        dcse_216 = (1.0 + cse_221)
+        dcse_181 = (p_E * cse_225 * dcse_216)
+        dcse_182 = (cse_221 * cse_226)
+        dcse_183 = ((cse_10 * dcse_181) + (cse_9 * dcse_182))
+        dcse_184 = (dcse_70 * dcse_84)
+        dcse_185 = ((cse_19 * dcse_182) + (cse_20 * dcse_181))
+        dcse_186 = ((cse_16 * dcse_182) + (cse_17 * dcse_181))
+        dcse_187 = (cse_226 * (-1.0 + dcse_36))
+        dcse_188 = (cse_226 * dcse_74)
+        dcse_189 = (cse_226 * dcse_75)
+        dcse_190 = (cse_226 * dcse_83)
+        dcse_209 = (0.6666666666666666 * cse_22)
+        dcse_219 = (1.0 + (cse_30 * ((cse_35 * (-dcse_209 - (dcse_203 * dcse_210))) + (dcse_203 * dcse_208))))
+        dcse_223 = (1.0 + (cse_30 * ((cse_35 * (-dcse_209 - (dcse_206 * dcse_213))) + (dcse_206 * dcse_212))))
+        dcse_227 = (1.0 + (cse_30 * ((cse_35 * (-dcse_209 - (dcse_207 * dcse_215))) + (dcse_207 * dcse_214))))
+        dcse_232 = _sdiv(cse_36, (cse_41 * cse_41))
     if V & 8:  # total
-        cse_169 = (cse_30 * cse_30)
-        cse_170 = (cse_169 * cse_35)
-        cse_171 = (-(2.0 * cse_170) + (cse_154 * cse_33))
-        cse_172 = (cse_171 * cse_26)
-        cse_173 = (cse_172 * cse_22)
-        d185 = (cse_173 * cse_3)
-        d186 = (cse_173 * cse_4)
-        d187 = (cse_173 * cse_5)
-        cse_177 = (cse_154 * cse_21)
-        cse_178 = (-(4.0 * cse_177) + (4.0 * cse_169 * cse_35))
-        cse_179 = (cse_26 * cse_26)
-        cse_180 = (p_E * cse_179)
-        cse_181 = (cse_178 * cse_180)
-        cse_182 = (cse_181 * cse_22)
-        d188 = (cse_182 * cse_3)
-        d189 = (cse_182 * cse_4)
-        d190 = (cse_182 * cse_5)
-        d191 = (-cse_157)
-        d192 = (-cse_159)
-        d193 = (-cse_161)
-        d194 = (-cse_163)
-        d195 = (-cse_165)
-        d196 = (-cse_167)
-        cse_192 = (0.6666666666666666 * cse_170)
-        cse_194 = (-cse_192 - (cse_193 * old_state_internal_ep))
-        cse_195 = (cse_194 * cse_22)
-        d197 = (cse_10 * cse_195)
-        d198 = (cse_195 * cse_20)
-        d199 = (cse_17 * cse_195)
-        d200 = (cse_195 * cse_3)
-        d201 = (cse_195 * cse_4)
-        d202 = (cse_195 * cse_5)
-        cse_248 = (-p_nu * cse_218 * cse_220)
-        cse_249 = (cse_10 * cse_22)
-        cse_250 = (cse_171 * cse_27)
-        cse_251 = (cse_22 * cse_250)
-        cse_252 = (cse_225 * cse_229)
-        cse_253 = (cse_225 * cse_225)
-        cse_254 = (cse_218 * ((cse_225 * (cse_220 + (cse_24 * (cse_220 * cse_220)))) - (cse_221 * cse_253)))
-        cse_255 = (cse_178 * cse_179 * cse_225 * (p_E * p_E))
-        cse_256 = (cse_22 * cse_255)
-        cse_257 = (p_E * cse_229 * cse_253)
-        d203 = (cse_10 * cse_173)
-        d204 = (cse_173 * cse_20)
-        d205 = (cse_17 * cse_173)
-        d206 = (cse_10 * cse_182)
-        d207 = (cse_182 * cse_20)
-        d208 = (cse_17 * cse_182)
-        d209 = (2.449489742783178 * cse_26 * (-cse_192 + (cse_202 * cse_21)))
-        d210 = (2.449489742783178 * cse_180 * (-(1.3333333333333333 * cse_177) + (1.3333333333333333 * cse_169 * cse_35)))
-        d211 = (-cse_202)
-        d212 = (-(cse_202 * old_state_internal_ep) - (0.5443310539518174 * cse_170))
-        d213 = (cse_172 * cse_209)
-        d214 = (cse_181 * cse_209)
-        d215 = (-cse_217)
-        d216 = (cse_194 * cse_209)
-        d217 = (cse_225 * (cse_0 - cse_248 - cse_38 - (cse_249 * cse_250)))
-        d218 = (cse_225 * (cse_1 - cse_248 - cse_39 - (cse_20 * cse_251)))
-        d219 = (cse_225 * (cse_2 - cse_248 - cse_40 - (cse_17 * cse_251)))
-        d220 = ((cse_232 * d185) + (cse_252 * cse_3))
-        d221 = ((cse_232 * d186) + (cse_252 * cse_4))
-        d222 = ((cse_232 * d187) + (cse_252 * cse_5))
-        d223 = ((p_E * (cse_254 - (cse_223 * cse_253))) - (cse_249 * cse_255))
-        d224 = ((p_E * (cse_254 - (cse_227 * cse_253))) - (cse_20 * cse_256))
-        d225 = ((p_E * (cse_254 - (cse_228 * cse_253))) - (cse_17 * cse_256))
-        d226 = ((cse_232 * d188) - (cse_257 * cse_3))
-        d227 = ((cse_232 * d189) - (cse_257 * cse_4))
-        d228 = ((cse_232 * d190) - (cse_257 * cse_5))
-        d229 = (cse_232 * d191)
-        d230 = (cse_232 * d192)
-        d231 = (cse_232 * d193)
-        d232 = (cse_232 * d194)
-        d233 = (cse_232 * d195)
-        d234 = (cse_232 * d196)
-        d235 = (-cse_226 * d197)
-        d236 = (-cse_226 * d198)
-        d237 = (-cse_226 * d199)
-        d238 = (cse_232 * d200)
-        d239 = (cse_232 * d201)
-        d240 = (cse_232 * d202)
+        dcse_147 = (cse_30 * cse_30)
+        dcse_148 = (cse_35 * dcse_147)
+        dcse_228 = (-(2.0 * dcse_148) + (cse_30 * cse_33 * dcse_204))
+        dcse_120 = (cse_26 * dcse_228)
+        dcse_121 = (cse_22 * dcse_120)
+        dcse_122 = (cse_26 * cse_26)
+        dcse_123 = (p_E * dcse_122)
+        dcse_150 = (cse_21 * dcse_105)
+        dcse_229 = (-(4.0 * dcse_150) + (4.0 * cse_35 * dcse_147))
+        dcse_124 = (dcse_123 * dcse_229)
+        dcse_125 = (cse_10 * cse_22)
+        dcse_126 = (cse_22 * dcse_124)
+        dcse_149 = (0.6666666666666666 * dcse_148)
+        dcse_230 = (-dcse_149 - (dcse_162 * old_state_internal_ep))
+        dcse_127 = (cse_22 * dcse_230)
+        dcse_128 = (cse_10 * dcse_127)
+        dcse_129 = (cse_20 * dcse_127)
+        dcse_130 = (cse_17 * dcse_127)
+        dcse_131 = (cse_3 * dcse_127)
+        dcse_132 = (cse_4 * dcse_127)
+        dcse_133 = (cse_5 * dcse_127)
+        dcse_191 = (p_nu * cse_218 * cse_220)
+        dcse_192 = (cse_27 * dcse_228)
+        dcse_193 = (cse_22 * dcse_192)
+        dcse_194 = ((cse_225 * cse_229) - (cse_226 * dcse_121))
+        dcse_195 = (cse_225 * cse_225)
+        dcse_196 = (p_E * dcse_195)
+        dcse_197 = (dcse_122 * dcse_229)
+        dcse_198 = (cse_225 * (p_E * p_E))
+        dcse_199 = (-cse_218 * (-(cse_221 * dcse_196) + (p_E * cse_225 * (cse_220 + (cse_24 * (cse_220 * cse_220))))))
+        dcse_200 = (cse_22 * dcse_197)
+        dcse_201 = (dcse_198 * dcse_200)
+        dcse_202 = (p_E * (-(cse_226 * dcse_200) - (cse_229 * dcse_195)))
     # outputs
     Y = torch.empty((X.shape[0], 14), dtype=X.dtype, device=X.device)
     _put(Y, range(0, 14), (
@@ -495,72 +355,164 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     if V & 2:  # tangent
         # d outputs / d inputs of the tangent variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], 6, 6), dtype=X.dtype, device=X.device)
-        _put(J[:, 0], range(0, 6), (d37, d38, d39, d40, d41, d42))
-        _put(J[:, 1], range(0, 6), (d43, d44, d45, d46, d47, d48))
-        _put(J[:, 2], range(0, 6), (d49, d50, d51, d52, d53, d54))
-        _put(J[:, 3], range(0, 6), (d55, d56, d57, d58, d34, d35))
-        _put(J[:, 4], range(0, 6), (d59, d60, d61, d62, d63, d36))
-        _put(J[:, 5], range(0, 6), (d64, d65, d66, d67, d68, d69))
+        _put(J[:, 0], range(0, 6), (
+            (cse_226 * (dcse_266 + (cse_30 * (dcse_237 + (dcse_238 * dcse_260))))),
+            (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_238 * dcse_261))))),
+            (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_238 * dcse_262))))), (-cse_3 * dcse_242),
+            (-cse_4 * dcse_242), (-cse_5 * dcse_242),
+        ))
+        _put(J[:, 1], range(0, 6), (
+            (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_243 * dcse_260))))),
+            (cse_226 * (dcse_266 + (cse_30 * (dcse_237 + (dcse_243 * dcse_261))))),
+            (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_243 * dcse_262))))), (-cse_3 * dcse_244),
+            (-cse_4 * dcse_244), (-cse_5 * dcse_244),
+        ))
+        _put(J[:, 2], range(0, 6), (
+            (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_245 * dcse_260))))),
+            (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_245 * dcse_261))))),
+            (cse_226 * (dcse_266 + (cse_30 * (dcse_237 + (dcse_245 * dcse_262))))), (-cse_3 * dcse_246),
+            (-cse_4 * dcse_246), (-cse_5 * dcse_246),
+        ))
+        _put(J[:, 3], range(0, 6), (
+            (dcse_248 * dcse_260), (dcse_248 * dcse_261), (dcse_248 * dcse_262),
+            (cse_226 * (1.0 + (cse_30 * (-dcse_236 - (cse_11 * dcse_265))))), dcse_250, dcse_251,
+        ))
+        _put(J[:, 4], range(0, 6), (
+            (dcse_252 * dcse_260), (dcse_252 * dcse_261), (dcse_252 * dcse_262), dcse_250,
+            (cse_226 * (1.0 + (cse_30 * (-dcse_236 - (cse_12 * dcse_265))))), dcse_253,
+        ))
+        _put(J[:, 5], range(0, 6), (
+            (dcse_254 * dcse_260), (dcse_254 * dcse_261), (dcse_254 * dcse_262), dcse_251, dcse_253,
+            (cse_226 * (1.0 + (cse_30 * (-dcse_236 - (cse_13 * dcse_265))))),
+        ))
     if V & 12:  # jacobian, total
         # d outputs / d inputs of the jacobian, total variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], *((14, 15) if V == 4 else (14, 19))), dtype=X.dtype, device=X.device)
         _put(J[:, 0], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13), (
-            d1, d2, d3, d4, d5, d6, d70, d71, d72, d113, d114, d115, d94,
+            (dcse_37 + (dcse_203 * dcse_45)), (dcse_46 + (dcse_206 * dcse_45)),
+            (dcse_46 + (dcse_207 * dcse_45)), dcse_48, dcse_49, dcse_50, dcse_219, dcse_90, dcse_91,
+            (-dcse_48), (-dcse_49), (-dcse_50), (-dcse_109),
         ))
         _put(J[:, 1], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13), (
-            d7, d8, d9, d10, d11, d12, d73, d74, d75, d116, d117, d118, d95,
+            (dcse_46 + (dcse_203 * dcse_52)), (dcse_37 + (dcse_206 * dcse_52)),
+            (dcse_46 + (dcse_207 * dcse_52)), dcse_54, dcse_55, dcse_56, dcse_92, dcse_223, dcse_93,
+            (-dcse_54), (-dcse_55), (-dcse_56), (-dcse_111),
         ))
         _put(J[:, 2], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13), (
-            d13, d14, d15, d16, d17, d18, d76, d77, d78, d119, d120, d121, d96,
+            (dcse_46 + (dcse_203 * dcse_58)), (dcse_46 + (dcse_206 * dcse_58)),
+            (dcse_37 + (dcse_207 * dcse_58)), dcse_60, dcse_61, dcse_62, dcse_94, dcse_95, dcse_227,
+            (-dcse_60), (-dcse_61), (-dcse_62), (-dcse_113),
         ))
         _put(J[:, 3], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13), (
-            d19, d20, d21, d22, d23, d24, d79, d80, d81, d82, d83, d84, d97,
+            dcse_65, dcse_66, dcse_67, (dcse_36 + dcse_72), dcse_74, dcse_75, (dcse_203 * dcse_96),
+            (dcse_206 * dcse_96), (dcse_207 * dcse_96), (dcse_98 + (cse_11 * dcse_97)), dcse_99, dcse_100,
+            (-dcse_115),
         ))
         _put(J[:, 4], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13), (
-            d25, d26, d27, d110, d28, d29, d85, d86, d87, d122, d88, d89, d98,
+            dcse_78, dcse_79, dcse_80, dcse_74, (dcse_36 + dcse_81), dcse_83, (dcse_101 * dcse_203),
+            (dcse_101 * dcse_206), (dcse_101 * dcse_207), dcse_99, (dcse_98 + (cse_12 * dcse_97)), dcse_102,
+            (-dcse_117),
         ))
         _put(J[:, 5], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13), (
-            d30, d31, d32, d111, d112, d33, d90, d91, d92, d123, d124, d93, d99,
+            dcse_86, dcse_87, dcse_88, dcse_75, dcse_83, (dcse_36 + dcse_89), (dcse_103 * dcse_203),
+            (dcse_103 * dcse_206), (dcse_103 * dcse_207), dcse_100, dcse_102,
+            (dcse_98 + (cse_13 * dcse_97)), (-dcse_119),
         ))
         _put(J[:, 6], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13), (
-            d125, d126, d127, d100, d101, d102, d128, d129, d130, d131, d132, d133, d134,
+            (-dcse_137), (-dcse_139), (-dcse_140), dcse_143, dcse_145, dcse_146, dcse_137, dcse_139,
+            dcse_140, (-dcse_143), (-dcse_145), (-dcse_146), (1.0 - (cse_23 * dcse_105)),
         ))
         _put(J[:, 7], range(0, 15), (
-            d135, d136, d137, d103, d104, d105, d138, d139, d140, d141, d142, d143, d144, d145, d106,
+            (-dcse_153), (-dcse_155), (-dcse_156), dcse_158, dcse_160, dcse_161, (-dcse_232), dcse_153,
+            dcse_155, dcse_156, (-dcse_158), (-dcse_160), (-dcse_161), (-p_K * dcse_163), dcse_232,
         ))
         _put(J[:, 8], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13), (
-            d37, d38, d39, d40, d41, d42, d146, d147, d148, d149, d150, d151, d179,
+            (cse_226 * (dcse_266 + (cse_30 * (dcse_237 + (dcse_238 * dcse_260))))),
+            (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_238 * dcse_261))))),
+            (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_238 * dcse_262))))), (-cse_3 * dcse_242),
+            (-cse_4 * dcse_242), (-cse_5 * dcse_242),
+            (-(dcse_181 * dcse_219) + (cse_221 * cse_226 * cse_30 * (-dcse_222 - dcse_225))),
+            (-(dcse_181 * dcse_90) + (cse_221 * cse_226 * (-dcse_223 - dcse_95))),
+            (-(dcse_181 * dcse_91) + (cse_221 * cse_226 * (-dcse_227 - dcse_93))), (dcse_183 * dcse_73),
+            (dcse_183 * dcse_82), (dcse_183 * dcse_184), (cse_226 * dcse_109),
         ))
         _put(J[:, 9], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13), (
-            d43, d44, d45, d46, d47, d48, d152, d153, d154, d155, d156, d157, d180,
+            (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_243 * dcse_260))))),
+            (cse_226 * (dcse_266 + (cse_30 * (dcse_237 + (dcse_243 * dcse_261))))),
+            (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_243 * dcse_262))))), (-cse_3 * dcse_244),
+            (-cse_4 * dcse_244), (-cse_5 * dcse_244),
+            (-(dcse_181 * dcse_92) + (cse_221 * cse_226 * (-dcse_219 - dcse_94))),
+            (-(dcse_181 * dcse_223) + (cse_221 * cse_226 * cse_30 * (-dcse_220 - dcse_226))),
+            (-(dcse_181 * dcse_93) + (cse_221 * cse_226 * (-dcse_227 - dcse_91))), (dcse_185 * dcse_73),
+            (dcse_185 * dcse_82), (dcse_184 * dcse_185), (cse_226 * dcse_111),
         ))
         _put(J[:, 10], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13), (
-            d49, d50, d51, d52, d53, d54, d158, d159, d160, d161, d162, d163, d181,
+            (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_245 * dcse_260))))),
+            (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_245 * dcse_261))))),
+            (cse_226 * (dcse_266 + (cse_30 * (dcse_237 + (dcse_245 * dcse_262))))), (-cse_3 * dcse_246),
+            (-cse_4 * dcse_246), (-cse_5 * dcse_246),
+            (-(dcse_181 * dcse_94) + (cse_221 * cse_226 * (-dcse_219 - dcse_92))),
+            (-(dcse_181 * dcse_95) + (cse_221 * cse_226 * (-dcse_223 - dcse_90))),
+            (-(dcse_181 * dcse_227) + (cse_221 * cse_226 * cse_30 * (-dcse_221 - dcse_224))),
+            (dcse_186 * dcse_73), (dcse_186 * dcse_82), (dcse_184 * dcse_186), (cse_226 * dcse_113),
         ))
         _put(J[:, 11], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13), (
-            d55, d56, d57, d58, d34, d35, d164, d165, d166, d167, d107, d108, d182,
+            (dcse_248 * dcse_260), (dcse_248 * dcse_261), (dcse_248 * dcse_262),
+            (cse_226 * (1.0 + (cse_30 * (-dcse_236 - (cse_11 * dcse_265))))), dcse_250, dcse_251,
+            (cse_226 * dcse_65), (cse_226 * dcse_66), (cse_226 * dcse_67), (dcse_187 + (cse_226 * dcse_72)),
+            dcse_188, dcse_189, (cse_226 * dcse_115),
         ))
         _put(J[:, 12], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13), (
-            d59, d60, d61, d62, d63, d36, d168, d169, d170, d171, d172, d109, d183,
+            (dcse_252 * dcse_260), (dcse_252 * dcse_261), (dcse_252 * dcse_262), dcse_250,
+            (cse_226 * (1.0 + (cse_30 * (-dcse_236 - (cse_12 * dcse_265))))), dcse_253, (cse_226 * dcse_78),
+            (cse_226 * dcse_79), (cse_226 * dcse_80), dcse_188, (dcse_187 + (cse_226 * dcse_81)), dcse_190,
+            (cse_226 * dcse_117),
         ))
         _put(J[:, 13], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13), (
-            d64, d65, d66, d67, d68, d69, d173, d174, d175, d176, d177, d178, d184,
+            (dcse_254 * dcse_260), (dcse_254 * dcse_261), (dcse_254 * dcse_262), dcse_251, dcse_253,
+            (cse_226 * (1.0 + (cse_30 * (-dcse_236 - (cse_13 * dcse_265))))), (cse_226 * dcse_86),
+            (cse_226 * dcse_87), (cse_226 * dcse_88), dcse_189, dcse_190, (dcse_187 + (cse_226 * dcse_89)),
+            (cse_226 * dcse_119),
         ))
         if V & 8:
-            _put(J[:, 0], range(15, 19), (d203, d206, d191, d197))
-            _put(J[:, 1], range(15, 19), (d204, d207, d192, d198))
-            _put(J[:, 2], range(15, 19), (d205, d208, d193, d199))
-            _put(J[:, 3], range(15, 19), (d185, d188, d194, d200))
-            _put(J[:, 4], range(15, 19), (d186, d189, d195, d201))
-            _put(J[:, 5], range(15, 19), (d187, d190, d196, d202))
-            _put(J[:, 6], range(15, 19), (d209, d210, d211, d212))
-            _put(J[:, 7], range(15, 19), (d213, d214, d215, d216))
-            _put(J[:, 8], range(15, 19), (d217, d223, d229, d235))
-            _put(J[:, 9], range(15, 19), (d218, d224, d230, d236))
-            _put(J[:, 10], range(15, 19), (d219, d225, d231, d237))
-            _put(J[:, 11], range(15, 19), (d220, d226, d232, d238))
-            _put(J[:, 12], range(15, 19), (d221, d227, d233, d239))
-            _put(J[:, 13], range(15, 19), (d222, d228, d234, d240))
+            _put(J[:, 0], range(15, 19), ((cse_10 * dcse_121), (dcse_124 * dcse_125), (-dcse_108), dcse_128))
+            _put(J[:, 1], range(15, 19), ((cse_20 * dcse_121), (cse_20 * dcse_126), (-dcse_110), dcse_129))
+            _put(J[:, 2], range(15, 19), ((cse_17 * dcse_121), (cse_17 * dcse_126), (-dcse_112), dcse_130))
+            _put(J[:, 3], range(15, 19), ((cse_3 * dcse_121), (cse_3 * dcse_126), (-dcse_114), dcse_131))
+            _put(J[:, 4], range(15, 19), ((cse_4 * dcse_121), (cse_4 * dcse_126), (-dcse_116), dcse_132))
+            _put(J[:, 5], range(15, 19), ((cse_5 * dcse_121), (cse_5 * dcse_126), (-dcse_118), dcse_133))
+            _put(J[:, 6], range(15, 19), (
+                (2.449489742783178 * cse_26 * (-dcse_149 + (cse_21 * dcse_135))),
+                (2.449489742783178 * dcse_123 * (-(1.3333333333333333 * dcse_150) + (1.3333333333333333 * cse_35 * dcse_147))),
+                (-dcse_135), (-(dcse_135 * old_state_internal_ep) - (0.5443310539518174 * dcse_148)),
+            ))
+            _put(J[:, 7], range(15, 19), (
+                (dcse_120 * dcse_231), (dcse_124 * dcse_231), (-dcse_163), (dcse_230 * dcse_231),
+            ))
+            _put(J[:, 8], range(15, 19), (
+                (cse_225 * (cse_0 + dcse_191 - cse_38 - (dcse_125 * dcse_192))),
+                (-dcse_199 - (cse_223 * dcse_196) - (dcse_125 * dcse_197 * dcse_198)), (cse_226 * dcse_108),
+                (-cse_226 * dcse_128),
+            ))
+            _put(J[:, 9], range(15, 19), (
+                (cse_225 * (cse_1 + dcse_191 - cse_39 - (cse_20 * dcse_193))),
+                (-dcse_199 - (cse_20 * dcse_201) - (cse_227 * dcse_196)), (cse_226 * dcse_110),
+                (-cse_226 * dcse_129),
+            ))
+            _put(J[:, 10], range(15, 19), (
+                (cse_225 * (cse_2 + dcse_191 - cse_40 - (cse_17 * dcse_193))),
+                (-dcse_199 - (cse_17 * dcse_201) - (cse_228 * dcse_196)), (cse_226 * dcse_112),
+                (-cse_226 * dcse_130),
+            ))
+            _put(J[:, 11], range(15, 19), (
+                (cse_3 * dcse_194), (cse_3 * dcse_202), (cse_226 * dcse_114), (-cse_226 * dcse_131),
+            ))
+            _put(J[:, 12], range(15, 19), (
+                (cse_4 * dcse_194), (cse_4 * dcse_202), (cse_226 * dcse_116), (-cse_226 * dcse_132),
+            ))
+            _put(J[:, 13], range(15, 19), (
+                (cse_5 * dcse_194), (cse_5 * dcse_202), (cse_226 * dcse_118), (-cse_226 * dcse_133),
+            ))
     ST = None
     return Y, J, ST
 
@@ -690,8 +642,8 @@ if triton is not None:
         K4 = tl.full([], 1.0, DTYPE)
         K5 = tl.full([], 0.816496580927726, DTYPE)
         K6 = tl.full([], 0.0, DTYPE)
-        K7 = tl.full([], 1.3333333333333333, DTYPE)
-        K8 = tl.full([], 4.0, DTYPE)
+        K7 = tl.full([], 4.0, DTYPE)
+        K8 = tl.full([], 1.3333333333333333, DTYPE)
         K9 = tl.full([], 2.449489742783178, DTYPE)
         K10 = tl.full([], 0.5443310539518174, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
@@ -811,490 +763,350 @@ if triton is not None:
                 tl.where(fin, state_S_4, K0), tl.where(fin, state_S_5, K0), _zero9, _zero9, BLOCK)
             tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 8)[None, :], _row10, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6))
         if V & 14:  # tangent, jacobian, total
-            cse_44 = tl.where(cse_34 > 0.0, 1.0, 0.0)
-            cse_45 = _mc_sdiv(K4, cse_33)
-            cse_46 = (cse_44 * tl.where(cse_44 == 0.0, K6, cse_22) * tl.where(cse_44 == 0.0, K6, cse_45))
-            cse_47 = (cse_28 * cse_46)
-            cse_70 = (cse_20 * cse_47)
-            cse_51 = (tl.where(cse_35 == 0.0, K6, cse_45) * tl.where(cse_35 == 0.0, K6, _mc_sdiv(K4, (cse_21 * cse_21))))
-            cse_71 = (cse_20 * cse_51)
-            cse_56 = (K2 * cse_22)
-            cse_58 = (cse_18 + cse_6 - (K7 * cse_2))
-            cse_59 = (-cse_58)
-            d1 = (cse_30 * ((cse_35 * (-cse_56 - (cse_59 * cse_71))) + (cse_59 * cse_70)))
-            d2 = (cse_226 * (cse_221 - d1))
-            cse_62 = (K8 * cse_27)
-            cse_63 = (cse_46 * cse_62)
-            cse_61 = (cse_35 * cse_51)
-            cse_64 = (cse_63 - (K3 * cse_61))
-            cse_65 = (cse_30 * cse_64)
-            cse_75 = (cse_20 * cse_65)
-            d3 = (cse_3 * cse_75)
-            d4 = (-cse_226 * d3)
-            d5 = (cse_4 * cse_75)
-            d6 = (-cse_226 * d5)
-            d7 = (cse_5 * cse_75)
-            d8 = (-cse_226 * d7)
+            dcse_236 = (cse_22 * cse_35)
+            dcse_239 = (K2 * dcse_236)
+            dcse_258 = _mc_sdiv(K4, cse_33)
+            dcse_263 = tl.where(cse_35 == 0.0, K6, dcse_258)
+            dcse_259 = tl.where(cse_35 == 0.0, K6, _mc_sdiv(K4, (cse_21 * cse_21)))
+            dcse_255 = (cse_35 * dcse_259 * dcse_263)
+            dcse_257 = tl.where(cse_34 > 0.0, 1.0, 0.0)
+            dcse_256 = (dcse_257 * tl.where(dcse_257 == 0.0, K6, cse_22) * tl.where(dcse_257 == 0.0, K6, dcse_258))
+            dcse_264 = (-dcse_255 + (cse_28 * dcse_256))
+            dcse_243 = (cse_20 * dcse_264)
+            dcse_265 = (-(K3 * dcse_255) + (K7 * cse_27 * dcse_256))
+            dcse_240 = (cse_226 * cse_30)
+            dcse_241 = (dcse_240 * dcse_265)
+            dcse_244 = (cse_20 * dcse_241)
+            dcse_262 = (cse_18 + cse_6 - (K8 * cse_2))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d2, K0), tl.where(fin, d4, K0), tl.where(fin, d6, K0), tl.where(fin, d8, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_243 * dcse_262))))), K0), tl.where(fin, (-cse_3 * dcse_244), K0), tl.where(fin, (-cse_4 * dcse_244), K0), tl.where(fin, (-cse_5 * dcse_244), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            cse_66 = (cse_10 * cse_65)
-            d9 = (cse_4 * cse_66)
-            d10 = (-cse_226 * d9)
-            d11 = (cse_5 * cse_66)
-            d12 = (-cse_226 * d11)
-            cse_42 = (cse_15 + cse_18 - (K7 * cse_0))
-            cse_43 = (-cse_42)
-            d13 = (cse_30 * ((cse_35 * (-cse_56 - (cse_43 * cse_71))) + (cse_43 * cse_70)))
-            d14 = (cse_226 * (cse_221 - d13))
-            cse_49 = (K1 * cse_22)
-            cse_50 = (-cse_49)
-            cse_54 = (cse_15 + cse_6 - (K7 * cse_1))
-            cse_55 = (-cse_54)
-            d15 = (cse_30 * ((cse_35 * (-cse_50 - (cse_55 * cse_71))) + (cse_55 * cse_70)))
-            cse_231 = (K4 + cse_221)
-            d16 = (cse_226 * (cse_231 - d15))
+            dcse_237 = (-K1 * dcse_236)
+            dcse_242 = (cse_10 * dcse_241)
+            dcse_260 = (cse_15 + cse_18 - (K8 * cse_0))
+            dcse_261 = (cse_15 + cse_6 - (K8 * cse_1))
+            dcse_266 = (K4 + cse_221)
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d10, K0), tl.where(fin, d12, K0), tl.where(fin, d14, K0), tl.where(fin, d16, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, (-cse_4 * dcse_242), K0), tl.where(fin, (-cse_5 * dcse_242), K0), tl.where(fin, (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_243 * dcse_260))))), K0), tl.where(fin, (cse_226 * (dcse_266 + (cse_30 * (dcse_237 + (dcse_243 * dcse_261))))), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            cse_48 = (cse_10 * cse_47)
-            cse_52 = (cse_10 * cse_51)
-            d17 = (cse_30 * ((cse_35 * (-cse_50 - (cse_43 * cse_52))) + (cse_43 * cse_48)))
-            d18 = (cse_226 * (cse_231 - d17))
-            d19 = (cse_30 * ((cse_35 * (-cse_56 - (cse_52 * cse_55))) + (cse_48 * cse_55)))
-            d20 = (cse_226 * (cse_221 - d19))
-            d21 = (cse_30 * ((cse_35 * (-cse_56 - (cse_52 * cse_59))) + (cse_48 * cse_59)))
-            d22 = (cse_226 * (cse_221 - d21))
-            d23 = (cse_3 * cse_66)
-            d24 = (-cse_226 * d23)
+            dcse_238 = (cse_10 * dcse_264)
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d18, K0), tl.where(fin, d20, K0), tl.where(fin, d22, K0), tl.where(fin, d24, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, (cse_226 * (dcse_266 + (cse_30 * (dcse_237 + (dcse_238 * dcse_260))))), K0), tl.where(fin, (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_238 * dcse_261))))), K0), tl.where(fin, (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_238 * dcse_262))))), K0), tl.where(fin, (-cse_3 * dcse_242), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
                 _row11 = _mc_row8(
-                    tl.where(fin, d18, K0), tl.where(fin, d20, K0), tl.where(fin, d22, K0), tl.where(fin, d24, K0),
-                    tl.where(fin, d10, K0), tl.where(fin, d12, K0), tl.where(fin, d14, K0), tl.where(fin, d16, K0), BLOCK)
+                    tl.where(fin, (cse_226 * (dcse_266 + (cse_30 * (dcse_237 + (dcse_238 * dcse_260))))), K0), tl.where(fin, (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_238 * dcse_261))))), K0), tl.where(fin, (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_238 * dcse_262))))), K0), tl.where(fin, (-cse_3 * dcse_242), K0),
+                    tl.where(fin, (-cse_4 * dcse_242), K0), tl.where(fin, (-cse_5 * dcse_242), K0), tl.where(fin, (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_243 * dcse_260))))), K0), tl.where(fin, (cse_226 * (dcse_266 + (cse_30 * (dcse_237 + (dcse_243 * dcse_261))))), K0), BLOCK)
                 tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row11, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
-            cse_79 = (cse_17 * cse_47)
-            cse_80 = (cse_17 * cse_51)
-            d25 = (cse_30 * ((cse_35 * (-cse_56 - (cse_43 * cse_80))) + (cse_43 * cse_79)))
-            d26 = (cse_226 * (cse_221 - d25))
-            d27 = (cse_30 * ((cse_35 * (-cse_56 - (cse_55 * cse_80))) + (cse_55 * cse_79)))
-            d28 = (cse_226 * (cse_221 - d27))
-            d29 = (cse_30 * ((cse_35 * (-cse_50 - (cse_59 * cse_80))) + (cse_59 * cse_79)))
-            d30 = (cse_226 * (cse_231 - d29))
-            cse_84 = (cse_17 * cse_65)
-            d31 = (cse_3 * cse_84)
-            d32 = (-cse_226 * d31)
+            dcse_245 = (cse_17 * dcse_264)
+            dcse_246 = (cse_17 * dcse_241)
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d26, K0), tl.where(fin, d28, K0), tl.where(fin, d30, K0), tl.where(fin, d32, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_245 * dcse_260))))), K0), tl.where(fin, (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_245 * dcse_261))))), K0), tl.where(fin, (cse_226 * (dcse_266 + (cse_30 * (dcse_237 + (dcse_245 * dcse_262))))), K0), tl.where(fin, (-cse_3 * dcse_246), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 8 .. 15 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
                 _row12 = _mc_row8(
-                    tl.where(fin, d2, K0), tl.where(fin, d4, K0), tl.where(fin, d6, K0), tl.where(fin, d8, K0),
-                    tl.where(fin, d26, K0), tl.where(fin, d28, K0), tl.where(fin, d30, K0), tl.where(fin, d32, K0), BLOCK)
+                    tl.where(fin, (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_243 * dcse_262))))), K0), tl.where(fin, (-cse_3 * dcse_244), K0), tl.where(fin, (-cse_4 * dcse_244), K0), tl.where(fin, (-cse_5 * dcse_244), K0),
+                    tl.where(fin, (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_245 * dcse_260))))), K0), tl.where(fin, (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_245 * dcse_261))))), K0), tl.where(fin, (cse_226 * (dcse_266 + (cse_30 * (dcse_237 + (dcse_245 * dcse_262))))), K0), tl.where(fin, (-cse_3 * dcse_246), K0), BLOCK)
                 tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row12, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
-            d33 = (cse_4 * cse_84)
-            d34 = (-cse_226 * d33)
-            d35 = (cse_5 * cse_84)
-            d36 = (-cse_226 * d35)
-            cse_88 = (cse_30 * (cse_47 - cse_61))
-            cse_89 = (cse_3 * cse_88)
-            d37 = (cse_43 * cse_89)
-            cse_232 = (-cse_226)
-            d38 = (cse_232 * d37)
-            d39 = (cse_55 * cse_89)
-            d40 = (cse_232 * d39)
+            dcse_247 = (dcse_240 * dcse_264)
+            dcse_248 = (cse_3 * dcse_247)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d34, K0), tl.where(fin, d36, K0), tl.where(fin, d38, K0), tl.where(fin, d40, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, (-cse_4 * dcse_246), K0), tl.where(fin, (-cse_5 * dcse_246), K0), tl.where(fin, (dcse_248 * dcse_260), K0), tl.where(fin, (dcse_248 * dcse_261), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            cse_101 = (cse_4 * cse_88)
-            d41 = (cse_101 * cse_43)
-            d42 = (cse_232 * d41)
-            d43 = (cse_101 * cse_55)
-            d44 = (cse_232 * d43)
-            d45 = (cse_101 * cse_59)
-            d46 = (cse_232 * d45)
-            cse_98 = (cse_3 * cse_65)
-            d47 = (cse_4 * cse_98)
-            d48 = (cse_232 * d47)
-            d49 = d48
-        if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
+            dcse_253 = (-cse_4 * cse_5 * dcse_241)
+            dcse_254 = (cse_5 * dcse_247)
+        if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d42, K0), tl.where(fin, d44, K0), tl.where(fin, d46, K0), tl.where(fin, d49, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, (cse_226 * (K4 + (cse_30 * (-dcse_236 - (cse_12 * dcse_265))))), K0), tl.where(fin, dcse_253, K0), tl.where(fin, (dcse_254 * dcse_260), K0), tl.where(fin, (dcse_254 * dcse_261), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            d50 = (cse_5 * cse_98)
-            d51 = (cse_232 * d50)
-            d52 = (cse_59 * cse_89)
-            d53 = (cse_232 * d52)
-            cse_93 = (cse_11 * cse_63)
-            cse_95 = (K3 * cse_51)
-            cse_94 = (-cse_22)
-            cse_96 = (cse_94 + (cse_11 * cse_95))
-            d54 = (cse_30 * (cse_93 - (cse_35 * cse_96)))
-            d55 = (cse_226 + (cse_232 * d54))
+            dcse_249 = (cse_3 * dcse_241)
+            dcse_251 = (-cse_5 * dcse_249)
+        if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
+            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, (dcse_254 * dcse_262), K0), tl.where(fin, dcse_251, K0), tl.where(fin, dcse_253, K0), tl.where(fin, (cse_226 * (K4 + (cse_30 * (-dcse_236 - (cse_13 * dcse_265))))), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 14:  # tangent, jacobian, total
+            dcse_250 = (-cse_4 * dcse_249)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d53, K0), tl.where(fin, d55, K0), tl.where(fin, d48, K0), tl.where(fin, d51, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, (dcse_248 * dcse_262), K0), tl.where(fin, (cse_226 * (K4 + (cse_30 * (-dcse_236 - (cse_11 * dcse_265))))), K0), tl.where(fin, dcse_250, K0), tl.where(fin, dcse_251, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 16 .. 23 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
                 _row13 = _mc_row8(
-                    tl.where(fin, d34, K0), tl.where(fin, d36, K0), tl.where(fin, d38, K0), tl.where(fin, d40, K0),
-                    tl.where(fin, d53, K0), tl.where(fin, d55, K0), tl.where(fin, d48, K0), tl.where(fin, d51, K0), BLOCK)
+                    tl.where(fin, (-cse_4 * dcse_246), K0), tl.where(fin, (-cse_5 * dcse_246), K0), tl.where(fin, (dcse_248 * dcse_260), K0), tl.where(fin, (dcse_248 * dcse_261), K0),
+                    tl.where(fin, (dcse_248 * dcse_262), K0), tl.where(fin, (cse_226 * (K4 + (cse_30 * (-dcse_236 - (cse_11 * dcse_265))))), K0), tl.where(fin, dcse_250, K0), tl.where(fin, dcse_251, K0), BLOCK)
                 tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row13, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
-            cse_108 = (cse_4 * cse_5)
-            d56 = (cse_108 * cse_65)
-            d57 = (cse_232 * d56)
-            cse_105 = (cse_12 * cse_63)
-            cse_106 = (cse_94 + (cse_12 * cse_95))
-            d58 = (cse_30 * (cse_105 - (cse_106 * cse_35)))
-            d59 = (cse_226 + (cse_232 * d58))
-            cse_110 = (cse_5 * cse_88)
-            d60 = (cse_110 * cse_43)
-            d61 = (cse_232 * d60)
-            d62 = (cse_110 * cse_55)
-            d63 = (cse_232 * d62)
-        if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
+            dcse_252 = (cse_4 * dcse_247)
+        if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d59, K0), tl.where(fin, d57, K0), tl.where(fin, d61, K0), tl.where(fin, d63, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, (dcse_252 * dcse_260), K0), tl.where(fin, (dcse_252 * dcse_261), K0), tl.where(fin, (dcse_252 * dcse_262), K0), tl.where(fin, dcse_250, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 24 .. 31 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
                 _row14 = _mc_row8(
-                    tl.where(fin, d42, K0), tl.where(fin, d44, K0), tl.where(fin, d46, K0), tl.where(fin, d49, K0),
-                    tl.where(fin, d59, K0), tl.where(fin, d57, K0), tl.where(fin, d61, K0), tl.where(fin, d63, K0), BLOCK)
+                    tl.where(fin, (dcse_252 * dcse_260), K0), tl.where(fin, (dcse_252 * dcse_261), K0), tl.where(fin, (dcse_252 * dcse_262), K0), tl.where(fin, dcse_250, K0),
+                    tl.where(fin, (cse_226 * (K4 + (cse_30 * (-dcse_236 - (cse_12 * dcse_265))))), K0), tl.where(fin, dcse_253, K0), tl.where(fin, (dcse_254 * dcse_260), K0), tl.where(fin, (dcse_254 * dcse_261), K0), BLOCK)
                 tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row14, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
-        if V & 14:  # tangent, jacobian, total
-            d64 = (cse_110 * cse_59)
-            d65 = (cse_232 * d64)
-            d66 = d51
-            d67 = d57
-            cse_114 = (cse_13 * cse_63)
-            cse_115 = (cse_94 + (cse_13 * cse_95))
-            d68 = (cse_30 * (cse_114 - (cse_115 * cse_35)))
-            d69 = (cse_226 + (cse_232 * d68))
-        if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d65, K0), tl.where(fin, d66, K0), tl.where(fin, d67, K0), tl.where(fin, d69, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 12:  # jacobian, total
-            d70 = (K4 + (cse_30 * ((cse_35 * (-cse_49 - (cse_42 * cse_52))) + (cse_42 * cse_48))))
-            cse_118 = (-cse_56)
-            cse_119 = ((cse_35 * (-cse_118 - (cse_52 * cse_54))) + (cse_48 * cse_54))
-            d71 = (cse_119 * cse_30)
-            cse_121 = ((cse_35 * (-cse_118 - (cse_52 * cse_58))) + (cse_48 * cse_58))
-            d72 = (cse_121 * cse_30)
-            cse_123 = (-cse_64)
-            cse_124 = (cse_123 * cse_30)
-            cse_125 = (cse_10 * cse_124)
-            cse_126 = ((cse_35 * (-cse_118 - (cse_42 * cse_71))) + (cse_42 * cse_70))
-            d73 = (cse_126 * cse_30)
-            d74 = (K4 + (cse_30 * ((cse_35 * (-cse_49 - (cse_54 * cse_71))) + (cse_54 * cse_70))))
-            cse_129 = ((cse_35 * (-cse_118 - (cse_58 * cse_71))) + (cse_58 * cse_70))
-            d75 = (cse_129 * cse_30)
-            cse_131 = (cse_124 * cse_20)
-            cse_132 = ((cse_35 * (-cse_118 - (cse_42 * cse_80))) + (cse_42 * cse_79))
-            d76 = (cse_132 * cse_30)
-            cse_134 = ((cse_35 * (-cse_118 - (cse_54 * cse_80))) + (cse_54 * cse_79))
-            d77 = (cse_134 * cse_30)
-            d78 = (K4 + (cse_30 * ((cse_35 * (-cse_49 - (cse_58 * cse_80))) + (cse_58 * cse_79))))
-            cse_137 = (cse_124 * cse_17)
-            d79 = (cse_42 * cse_89)
-            d80 = (cse_54 * cse_89)
-            d81 = (cse_58 * cse_89)
-            d82 = (K4 + (cse_30 * (-cse_93 + (cse_35 * cse_96))))
-            cse_142 = (cse_124 * cse_3)
-            d83 = (cse_142 * cse_4)
-            d84 = (cse_142 * cse_5)
-            d85 = (cse_101 * cse_42)
-            d86 = (cse_101 * cse_54)
-            d87 = (cse_101 * cse_58)
-            d88 = (K4 + (cse_30 * (-cse_105 + (cse_106 * cse_35))))
-            d89 = (cse_108 * cse_124)
-            d90 = (cse_110 * cse_42)
-            d91 = (cse_110 * cse_54)
-            d92 = (cse_110 * cse_58)
-            d93 = (K4 + (cse_30 * (-cse_114 + (cse_115 * cse_35))))
-            cse_154 = (cse_30 * cse_44)
-            cse_155 = (K9 * cse_154)
-            cse_156 = (cse_155 * cse_56)
-            cse_157 = (cse_10 * cse_156)
-            d94 = (-p_K * cse_157)
-            cse_159 = (cse_156 * cse_20)
-            d95 = (-p_K * cse_159)
-            cse_161 = (cse_156 * cse_17)
-            d96 = (-p_K * cse_161)
-            cse_163 = (cse_156 * cse_3)
-            d97 = (-p_K * cse_163)
-            cse_165 = (cse_156 * cse_4)
-            d98 = (-p_K * cse_165)
-            cse_167 = (cse_156 * cse_5)
-            d99 = (-p_K * cse_167)
-            cse_193 = (K5 * cse_154)
-            cse_202 = (K1 * cse_154)
-            cse_203 = (cse_27 * cse_45)
-            cse_204 = (K9 * cse_202 * cse_203)
-            cse_205 = (K7 * cse_155 * cse_203)
-            d100 = (cse_205 * cse_3)
-            d101 = (cse_205 * cse_4)
-            d102 = (cse_205 * cse_5)
-            cse_209 = _mc_sdiv(K4, cse_41)
-            cse_210 = (cse_154 * cse_209 * cse_45)
-            cse_211 = (cse_210 * cse_28)
-            cse_212 = (cse_210 * cse_62)
-            d103 = (cse_212 * cse_3)
-            d104 = (cse_212 * cse_4)
-            d105 = (cse_212 * cse_5)
-            d106 = _mc_sdiv(cse_36, (cse_41 * cse_41))
-            cse_217 = (cse_193 * cse_209)
-            cse_236 = (-cse_231)
-            cse_237 = (cse_221 * cse_226)
-            cse_238 = (cse_237 * cse_30)
-            cse_239 = (cse_237 * cse_9)
-            cse_240 = (cse_124 * cse_239)
-            cse_241 = (cse_19 * cse_237)
-            cse_242 = (cse_124 * cse_241)
-            cse_243 = (cse_16 * cse_237)
-            cse_244 = (cse_124 * cse_243)
-            d107 = (cse_232 * d83)
-            d108 = (cse_232 * d84)
-            d109 = (cse_232 * d89)
-            d110 = d47
-            d111 = d50
-            d112 = d56
-            d113 = (cse_125 * cse_3)
-            d114 = (cse_125 * cse_4)
-            d115 = (cse_125 * cse_5)
-            d116 = (cse_131 * cse_3)
-            d117 = (cse_131 * cse_4)
-            d118 = (cse_131 * cse_5)
-            d119 = (cse_137 * cse_3)
-            d120 = (cse_137 * cse_4)
-            d121 = (cse_137 * cse_5)
-            d122 = d83
-            d123 = d84
-            d124 = d89
-            d125 = (cse_204 * cse_43)
-            d126 = (cse_204 * cse_55)
-            d127 = (cse_204 * cse_59)
-            d128 = (cse_204 * cse_42)
-            d129 = (cse_204 * cse_54)
-            d130 = (cse_204 * cse_58)
-            d131 = (-d100)
-            d132 = (-d101)
-            d133 = (-d102)
-            d134 = (K4 - (cse_154 * cse_23))
-            d135 = (cse_211 * cse_43)
-            d136 = (cse_211 * cse_55)
-            d137 = (cse_211 * cse_59)
-            d138 = (-d106)
-            d139 = (cse_211 * cse_42)
-            d140 = (cse_211 * cse_54)
-            d141 = (cse_211 * cse_58)
-            d142 = (-d103)
-            d143 = (-d104)
-            d144 = (-d105)
-            d145 = (-p_K * cse_217)
-            d146 = (-(cse_238 * (cse_126 + cse_132)) + (p_E * cse_225 * cse_236 * d70))
-            d147 = (-(cse_237 * (d74 + d77)) + (p_E * cse_119 * cse_225 * cse_236 * cse_30))
-            d148 = (-(cse_237 * (d75 + d78)) + (p_E * cse_121 * cse_225 * cse_236 * cse_30))
-            d149 = (-(cse_142 * cse_239) + (p_E * cse_10 * cse_123 * cse_225 * cse_236 * cse_3 * cse_30))
-            d150 = (-(cse_240 * cse_4) + (p_E * cse_10 * cse_123 * cse_225 * cse_236 * cse_30 * cse_4))
-            d151 = (-(cse_240 * cse_5) + (p_E * cse_10 * cse_123 * cse_225 * cse_236 * cse_30 * cse_5))
-            d152 = (-(cse_237 * (d70 + d76)) + (p_E * cse_126 * cse_225 * cse_236 * cse_30))
-            d153 = (-(cse_238 * (cse_119 + cse_134)) + (p_E * cse_225 * cse_236 * d74))
-            d154 = (-(cse_237 * (d72 + d78)) + (p_E * cse_129 * cse_225 * cse_236 * cse_30))
-            d155 = (-(cse_142 * cse_241) + (p_E * cse_123 * cse_20 * cse_225 * cse_236 * cse_3 * cse_30))
-            d156 = (-(cse_242 * cse_4) + (p_E * cse_123 * cse_20 * cse_225 * cse_236 * cse_30 * cse_4))
-            d157 = (-(cse_242 * cse_5) + (p_E * cse_123 * cse_20 * cse_225 * cse_236 * cse_30 * cse_5))
-            d158 = (-(cse_237 * (d70 + d73)) + (p_E * cse_132 * cse_225 * cse_236 * cse_30))
-            d159 = (-(cse_237 * (d71 + d74)) + (p_E * cse_134 * cse_225 * cse_236 * cse_30))
-            d160 = (-(cse_238 * (cse_121 + cse_129)) + (p_E * cse_225 * cse_236 * d78))
-            d161 = (-(cse_142 * cse_243) + (p_E * cse_123 * cse_17 * cse_225 * cse_236 * cse_3 * cse_30))
-            d162 = (-(cse_244 * cse_4) + (p_E * cse_123 * cse_17 * cse_225 * cse_236 * cse_30 * cse_4))
-            d163 = (-(cse_244 * cse_5) + (p_E * cse_123 * cse_17 * cse_225 * cse_236 * cse_30 * cse_5))
-            d164 = (cse_232 * d79)
-            d165 = (cse_232 * d80)
-            d166 = (cse_232 * d81)
-            d167 = (cse_232 * d82)
-            d168 = (cse_232 * d85)
-            d169 = (cse_232 * d86)
-            d170 = (cse_232 * d87)
-            d171 = d107
-            d172 = (cse_232 * d88)
-            d173 = (cse_232 * d90)
-            d174 = (cse_232 * d91)
-            d175 = (cse_232 * d92)
-            d176 = d108
-            d177 = d109
-            d178 = (cse_232 * d93)
-            d179 = (cse_232 * d94)
-            d180 = (cse_232 * d95)
-            d181 = (cse_232 * d96)
-            d182 = (cse_232 * d97)
-            d183 = (cse_232 * d98)
-            d184 = (cse_232 * d99)
+            dcse_35 = (cse_22 * cse_35)
+            dcse_36 = (cse_30 * dcse_35)
+            dcse_37 = (K1 * dcse_36)
+            dcse_204 = tl.where(cse_34 > 0.0, 1.0, 0.0)
+            dcse_205 = _mc_sdiv(K4, cse_33)
+            dcse_38 = (dcse_204 * tl.where(dcse_204 == 0.0, K6, cse_22) * tl.where(dcse_204 == 0.0, K6, dcse_205))
+            dcse_39 = (cse_28 * dcse_38)
+            dcse_40 = tl.where(cse_35 == 0.0, K6, dcse_205)
+            dcse_41 = tl.where(cse_35 == 0.0, K6, _mc_sdiv(K4, (cse_21 * cse_21)))
+            dcse_42 = (dcse_39 - (cse_35 * dcse_40 * dcse_41))
+            dcse_43 = (-dcse_42)
+            dcse_44 = (cse_10 * cse_30)
+            dcse_45 = (dcse_43 * dcse_44)
+            dcse_46 = (-K2 * dcse_36)
+            dcse_68 = (K7 * cse_27)
+            dcse_69 = (dcse_40 * dcse_41)
+            dcse_70 = ((dcse_38 * dcse_68) - (K3 * cse_35 * dcse_69))
+            dcse_47 = (dcse_44 * dcse_70)
+            dcse_48 = (cse_3 * dcse_47)
+            dcse_49 = (cse_4 * dcse_47)
+            dcse_50 = (cse_5 * dcse_47)
+            dcse_51 = (cse_20 * cse_30)
+            dcse_52 = (dcse_43 * dcse_51)
+            dcse_53 = (dcse_51 * dcse_70)
+            dcse_54 = (cse_3 * dcse_53)
+            dcse_55 = (cse_4 * dcse_53)
+            dcse_56 = (cse_5 * dcse_53)
+            dcse_57 = (cse_17 * cse_30)
+            dcse_58 = (dcse_43 * dcse_57)
+            dcse_59 = (dcse_57 * dcse_70)
+            dcse_60 = (cse_3 * dcse_59)
+            dcse_61 = (cse_4 * dcse_59)
+            dcse_62 = (cse_5 * dcse_59)
+            dcse_63 = (cse_3 * cse_30)
+            dcse_64 = (dcse_43 * dcse_63)
+            dcse_203 = (cse_15 + cse_18 - (K8 * cse_0))
+            dcse_65 = (dcse_203 * dcse_64)
+            dcse_206 = (cse_15 + cse_6 - (K8 * cse_1))
+            dcse_66 = (dcse_206 * dcse_64)
+            dcse_207 = (cse_18 + cse_6 - (K8 * cse_2))
+            dcse_67 = (dcse_207 * dcse_64)
+            dcse_71 = (cse_30 * dcse_70)
+            dcse_72 = (cse_11 * dcse_71)
+            dcse_73 = (dcse_63 * dcse_70)
+            dcse_74 = (cse_4 * dcse_73)
+            dcse_75 = (cse_5 * dcse_73)
+            dcse_76 = (cse_30 * cse_4)
+            dcse_77 = (dcse_43 * dcse_76)
+            dcse_78 = (dcse_203 * dcse_77)
+            dcse_79 = (dcse_206 * dcse_77)
+            dcse_80 = (dcse_207 * dcse_77)
+            dcse_81 = (cse_12 * dcse_71)
+            dcse_82 = (dcse_70 * dcse_76)
+            dcse_83 = (cse_5 * dcse_82)
+            dcse_84 = (cse_30 * cse_5)
+            dcse_85 = (dcse_43 * dcse_84)
+            dcse_86 = (dcse_203 * dcse_85)
+            dcse_87 = (dcse_206 * dcse_85)
+            dcse_88 = (dcse_207 * dcse_85)
+            dcse_89 = (cse_13 * dcse_71)
+            dcse_208 = (cse_10 * dcse_39)
+            dcse_210 = (cse_10 * dcse_69)
+            dcse_211 = (-K2 * cse_22)
+            dcse_220 = ((cse_35 * (-dcse_211 - (dcse_206 * dcse_210))) + (dcse_206 * dcse_208))
+            dcse_90 = (cse_30 * dcse_220)
+            dcse_221 = ((cse_35 * (-dcse_211 - (dcse_207 * dcse_210))) + (dcse_207 * dcse_208))
+            dcse_91 = (cse_30 * dcse_221)
+            dcse_212 = (cse_20 * dcse_39)
+            dcse_213 = (cse_20 * dcse_69)
+            dcse_222 = ((cse_35 * (-dcse_211 - (dcse_203 * dcse_213))) + (dcse_203 * dcse_212))
+            dcse_92 = (cse_30 * dcse_222)
+            dcse_224 = ((cse_35 * (-dcse_211 - (dcse_207 * dcse_213))) + (dcse_207 * dcse_212))
+            dcse_93 = (cse_30 * dcse_224)
+            dcse_214 = (cse_17 * dcse_39)
+            dcse_215 = (cse_17 * dcse_69)
+            dcse_225 = ((cse_35 * (-dcse_211 - (dcse_203 * dcse_215))) + (dcse_203 * dcse_214))
+            dcse_94 = (cse_30 * dcse_225)
+            dcse_226 = ((cse_35 * (-dcse_211 - (dcse_206 * dcse_215))) + (dcse_206 * dcse_214))
+            dcse_95 = (cse_30 * dcse_226)
+            dcse_96 = (dcse_42 * dcse_63)
+            dcse_97 = (-cse_30 * dcse_70)
+            dcse_98 = (K4 - dcse_36)
+            dcse_99 = (-dcse_74)
+            dcse_100 = (-dcse_75)
+            dcse_101 = (dcse_42 * dcse_76)
+            dcse_102 = (-dcse_83)
+            dcse_103 = (dcse_42 * dcse_84)
+            dcse_105 = (cse_30 * dcse_204)
+            dcse_106 = (K9 * dcse_105)
+            dcse_107 = (K2 * cse_22 * dcse_106)
+            dcse_108 = (cse_10 * dcse_107)
+            dcse_109 = (p_K * dcse_108)
+            dcse_110 = (cse_20 * dcse_107)
+            dcse_111 = (p_K * dcse_110)
+            dcse_112 = (cse_17 * dcse_107)
+            dcse_113 = (p_K * dcse_112)
+            dcse_114 = (cse_3 * dcse_107)
+            dcse_115 = (p_K * dcse_114)
+            dcse_116 = (cse_4 * dcse_107)
+            dcse_117 = (p_K * dcse_116)
+            dcse_118 = (cse_5 * dcse_107)
+            dcse_119 = (p_K * dcse_118)
+            dcse_162 = (K2 * dcse_106)
+            dcse_134 = (dcse_203 * dcse_205)
+            dcse_135 = (K1 * dcse_105)
+            dcse_136 = (K9 * cse_27 * dcse_135)
+            dcse_137 = (dcse_134 * dcse_136)
+            dcse_138 = (dcse_136 * dcse_205)
+            dcse_139 = (dcse_138 * dcse_206)
+            dcse_140 = (dcse_138 * dcse_207)
+            dcse_141 = (cse_3 * dcse_205)
+            dcse_142 = (K8 * cse_27 * dcse_106)
+            dcse_143 = (dcse_141 * dcse_142)
+            dcse_144 = (dcse_142 * dcse_205)
+            dcse_145 = (cse_4 * dcse_144)
+            dcse_146 = (cse_5 * dcse_144)
+            dcse_231 = _mc_sdiv(K4, cse_41)
+            dcse_151 = (dcse_105 * dcse_231)
+            dcse_152 = (cse_28 * dcse_151)
+            dcse_153 = (dcse_134 * dcse_152)
+            dcse_154 = (dcse_152 * dcse_205)
+            dcse_155 = (dcse_154 * dcse_206)
+            dcse_156 = (dcse_154 * dcse_207)
+            dcse_157 = (dcse_151 * dcse_68)
+            dcse_158 = (dcse_141 * dcse_157)
+            dcse_159 = (dcse_157 * dcse_205)
+            dcse_160 = (cse_4 * dcse_159)
+            dcse_161 = (cse_5 * dcse_159)
+            dcse_163 = (dcse_162 * dcse_231)
+            dcse_216 = (K4 + cse_221)
+            dcse_181 = (p_E * cse_225 * dcse_216)
+            dcse_182 = (cse_221 * cse_226)
+            dcse_183 = ((cse_10 * dcse_181) + (cse_9 * dcse_182))
+            dcse_184 = (dcse_70 * dcse_84)
+            dcse_185 = ((cse_19 * dcse_182) + (cse_20 * dcse_181))
+            dcse_186 = ((cse_16 * dcse_182) + (cse_17 * dcse_181))
+            dcse_187 = (cse_226 * (-K4 + dcse_36))
+            dcse_188 = (cse_226 * dcse_74)
+            dcse_189 = (cse_226 * dcse_75)
+            dcse_190 = (cse_226 * dcse_83)
+            dcse_209 = (K1 * cse_22)
+            dcse_219 = (K4 + (cse_30 * ((cse_35 * (-dcse_209 - (dcse_203 * dcse_210))) + (dcse_203 * dcse_208))))
+            dcse_223 = (K4 + (cse_30 * ((cse_35 * (-dcse_209 - (dcse_206 * dcse_213))) + (dcse_206 * dcse_212))))
+            dcse_227 = (K4 + (cse_30 * ((cse_35 * (-dcse_209 - (dcse_207 * dcse_215))) + (dcse_207 * dcse_214))))
+            dcse_232 = _mc_sdiv(cse_36, (cse_41 * cse_41))
         if V & 8:  # total
-            cse_169 = (cse_30 * cse_30)
-            cse_170 = (cse_169 * cse_35)
-            cse_171 = (-(K3 * cse_170) + (cse_154 * cse_33))
-            cse_172 = (cse_171 * cse_26)
-            cse_173 = (cse_172 * cse_22)
-            d185 = (cse_173 * cse_3)
-            d186 = (cse_173 * cse_4)
-            d187 = (cse_173 * cse_5)
-            cse_177 = (cse_154 * cse_21)
-            cse_178 = (-(K8 * cse_177) + (K8 * cse_169 * cse_35))
-            cse_179 = (cse_26 * cse_26)
-            cse_180 = (p_E * cse_179)
-            cse_181 = (cse_178 * cse_180)
-            cse_182 = (cse_181 * cse_22)
-            d188 = (cse_182 * cse_3)
-            d189 = (cse_182 * cse_4)
-            d190 = (cse_182 * cse_5)
-            d191 = (-cse_157)
-            d192 = (-cse_159)
-            d193 = (-cse_161)
-            d194 = (-cse_163)
-            d195 = (-cse_165)
-            d196 = (-cse_167)
-            cse_192 = (K1 * cse_170)
-            cse_194 = (-cse_192 - (cse_193 * old_state_internal_ep))
-            cse_195 = (cse_194 * cse_22)
-            d197 = (cse_10 * cse_195)
-            d198 = (cse_195 * cse_20)
-            d199 = (cse_17 * cse_195)
-            d200 = (cse_195 * cse_3)
-            d201 = (cse_195 * cse_4)
-            d202 = (cse_195 * cse_5)
-            cse_248 = (-p_nu * cse_218 * cse_220)
-            cse_249 = (cse_10 * cse_22)
-            cse_250 = (cse_171 * cse_27)
-            cse_251 = (cse_22 * cse_250)
-            cse_252 = (cse_225 * cse_229)
-            cse_253 = (cse_225 * cse_225)
-            cse_254 = (cse_218 * ((cse_225 * (cse_220 + (cse_24 * (cse_220 * cse_220)))) - (cse_221 * cse_253)))
-            cse_255 = (cse_178 * cse_179 * cse_225 * (p_E * p_E))
-            cse_256 = (cse_22 * cse_255)
-            cse_257 = (p_E * cse_229 * cse_253)
-            d203 = (cse_10 * cse_173)
-            d204 = (cse_173 * cse_20)
-            d205 = (cse_17 * cse_173)
-            d206 = (cse_10 * cse_182)
-            d207 = (cse_182 * cse_20)
-            d208 = (cse_17 * cse_182)
-            d209 = (K9 * cse_26 * (-cse_192 + (cse_202 * cse_21)))
-            d210 = (K9 * cse_180 * (-(K7 * cse_177) + (K7 * cse_169 * cse_35)))
-            d211 = (-cse_202)
-            d212 = (-(cse_202 * old_state_internal_ep) - (K10 * cse_170))
-            d213 = (cse_172 * cse_209)
-            d214 = (cse_181 * cse_209)
-            d215 = (-cse_217)
-            d216 = (cse_194 * cse_209)
-            d217 = (cse_225 * (cse_0 - cse_248 - cse_38 - (cse_249 * cse_250)))
-            d218 = (cse_225 * (cse_1 - cse_248 - cse_39 - (cse_20 * cse_251)))
-            d219 = (cse_225 * (cse_2 - cse_248 - cse_40 - (cse_17 * cse_251)))
-            d220 = ((cse_232 * d185) + (cse_252 * cse_3))
-            d221 = ((cse_232 * d186) + (cse_252 * cse_4))
-            d222 = ((cse_232 * d187) + (cse_252 * cse_5))
-            d223 = ((p_E * (cse_254 - (cse_223 * cse_253))) - (cse_249 * cse_255))
-            d224 = ((p_E * (cse_254 - (cse_227 * cse_253))) - (cse_20 * cse_256))
-            d225 = ((p_E * (cse_254 - (cse_228 * cse_253))) - (cse_17 * cse_256))
-            d226 = ((cse_232 * d188) - (cse_257 * cse_3))
-            d227 = ((cse_232 * d189) - (cse_257 * cse_4))
-            d228 = ((cse_232 * d190) - (cse_257 * cse_5))
-            d229 = (cse_232 * d191)
-            d230 = (cse_232 * d192)
-            d231 = (cse_232 * d193)
-            d232 = (cse_232 * d194)
-            d233 = (cse_232 * d195)
-            d234 = (cse_232 * d196)
-            d235 = (-cse_226 * d197)
-            d236 = (-cse_226 * d198)
-            d237 = (-cse_226 * d199)
-            d238 = (cse_232 * d200)
-            d239 = (cse_232 * d201)
-            d240 = (cse_232 * d202)
+            dcse_147 = (cse_30 * cse_30)
+            dcse_148 = (cse_35 * dcse_147)
+            dcse_228 = (-(K3 * dcse_148) + (cse_30 * cse_33 * dcse_204))
+            dcse_120 = (cse_26 * dcse_228)
+            dcse_121 = (cse_22 * dcse_120)
+            dcse_122 = (cse_26 * cse_26)
+            dcse_123 = (p_E * dcse_122)
+            dcse_150 = (cse_21 * dcse_105)
+            dcse_229 = (-(K7 * dcse_150) + (K7 * cse_35 * dcse_147))
+            dcse_124 = (dcse_123 * dcse_229)
+            dcse_125 = (cse_10 * cse_22)
+            dcse_126 = (cse_22 * dcse_124)
+            dcse_149 = (K1 * dcse_148)
+            dcse_230 = (-dcse_149 - (dcse_162 * old_state_internal_ep))
+            dcse_127 = (cse_22 * dcse_230)
+            dcse_128 = (cse_10 * dcse_127)
+            dcse_129 = (cse_20 * dcse_127)
+            dcse_130 = (cse_17 * dcse_127)
+            dcse_131 = (cse_3 * dcse_127)
+            dcse_132 = (cse_4 * dcse_127)
+            dcse_133 = (cse_5 * dcse_127)
+            dcse_191 = (p_nu * cse_218 * cse_220)
+            dcse_192 = (cse_27 * dcse_228)
+            dcse_193 = (cse_22 * dcse_192)
+            dcse_194 = ((cse_225 * cse_229) - (cse_226 * dcse_121))
+            dcse_195 = (cse_225 * cse_225)
+            dcse_196 = (p_E * dcse_195)
+            dcse_197 = (dcse_122 * dcse_229)
+            dcse_198 = (cse_225 * (p_E * p_E))
+            dcse_199 = (-cse_218 * (-(cse_221 * dcse_196) + (p_E * cse_225 * (cse_220 + (cse_24 * (cse_220 * cse_220))))))
+            dcse_200 = (cse_22 * dcse_197)
+            dcse_201 = (dcse_198 * dcse_200)
+            dcse_202 = (p_E * (-(cse_226 * dcse_200) - (cse_229 * dcse_195)))
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
             _row15 = _mc_row32(
-                tl.where(fin, d17, K0), tl.where(fin, d19, K0), tl.where(fin, d21, K0), tl.where(fin, d23, K0),
-                tl.where(fin, d9, K0), tl.where(fin, d11, K0), tl.where(fin, K6, K0), tl.where(fin, d70, K0),
-                tl.where(fin, d71, K0), tl.where(fin, d72, K0), tl.where(fin, d113, K0), tl.where(fin, d114, K0),
-                tl.where(fin, d115, K0), tl.where(fin, d94, K0), tl.where(fin, K6, K0), tl.where(fin, d13, K0),
-                tl.where(fin, d15, K0), tl.where(fin, d1, K0), tl.where(fin, d3, K0), tl.where(fin, d5, K0),
-                tl.where(fin, d7, K0), tl.where(fin, K6, K0), tl.where(fin, d73, K0), tl.where(fin, d74, K0),
-                tl.where(fin, d75, K0), tl.where(fin, d116, K0), tl.where(fin, d117, K0), tl.where(fin, d118, K0),
-                tl.where(fin, d95, K0), tl.where(fin, K6, K0), tl.where(fin, d25, K0), tl.where(fin, d27, K0), BLOCK)
+                tl.where(fin, (dcse_37 + (dcse_203 * dcse_45)), K0), tl.where(fin, (dcse_46 + (dcse_206 * dcse_45)), K0), tl.where(fin, (dcse_46 + (dcse_207 * dcse_45)), K0), tl.where(fin, dcse_48, K0),
+                tl.where(fin, dcse_49, K0), tl.where(fin, dcse_50, K0), tl.where(fin, K6, K0), tl.where(fin, dcse_219, K0),
+                tl.where(fin, dcse_90, K0), tl.where(fin, dcse_91, K0), tl.where(fin, (-dcse_48), K0), tl.where(fin, (-dcse_49), K0),
+                tl.where(fin, (-dcse_50), K0), tl.where(fin, (-dcse_109), K0), tl.where(fin, K6, K0), tl.where(fin, (dcse_46 + (dcse_203 * dcse_52)), K0),
+                tl.where(fin, (dcse_37 + (dcse_206 * dcse_52)), K0), tl.where(fin, (dcse_46 + (dcse_207 * dcse_52)), K0), tl.where(fin, dcse_54, K0), tl.where(fin, dcse_55, K0),
+                tl.where(fin, dcse_56, K0), tl.where(fin, K6, K0), tl.where(fin, dcse_92, K0), tl.where(fin, dcse_223, K0),
+                tl.where(fin, dcse_93, K0), tl.where(fin, (-dcse_54), K0), tl.where(fin, (-dcse_55), K0), tl.where(fin, (-dcse_56), K0),
+                tl.where(fin, (-dcse_111), K0), tl.where(fin, K6, K0), tl.where(fin, (dcse_46 + (dcse_203 * dcse_58)), K0), tl.where(fin, (dcse_46 + (dcse_206 * dcse_58)), K0), BLOCK)
             _k16 = tl.arange(0, 32)[None, :]
             tl.store(J + row[:, None] * j_stride + _k16 + (_k16 // 15) * (4 * (V // 8)), _row15, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row17 = _mc_row32(
-                tl.where(fin, d29, K0), tl.where(fin, d31, K0), tl.where(fin, d33, K0), tl.where(fin, d35, K0),
-                tl.where(fin, K6, K0), tl.where(fin, d76, K0), tl.where(fin, d77, K0), tl.where(fin, d78, K0),
-                tl.where(fin, d119, K0), tl.where(fin, d120, K0), tl.where(fin, d121, K0), tl.where(fin, d96, K0),
-                tl.where(fin, K6, K0), tl.where(fin, d37, K0), tl.where(fin, d39, K0), tl.where(fin, d52, K0),
-                tl.where(fin, d54, K0), tl.where(fin, d47, K0), tl.where(fin, d50, K0), tl.where(fin, K6, K0),
-                tl.where(fin, d79, K0), tl.where(fin, d80, K0), tl.where(fin, d81, K0), tl.where(fin, d82, K0),
-                tl.where(fin, d83, K0), tl.where(fin, d84, K0), tl.where(fin, d97, K0), tl.where(fin, K6, K0),
-                tl.where(fin, d41, K0), tl.where(fin, d43, K0), tl.where(fin, d45, K0), tl.where(fin, d110, K0), BLOCK)
+                tl.where(fin, (dcse_37 + (dcse_207 * dcse_58)), K0), tl.where(fin, dcse_60, K0), tl.where(fin, dcse_61, K0), tl.where(fin, dcse_62, K0),
+                tl.where(fin, K6, K0), tl.where(fin, dcse_94, K0), tl.where(fin, dcse_95, K0), tl.where(fin, dcse_227, K0),
+                tl.where(fin, (-dcse_60), K0), tl.where(fin, (-dcse_61), K0), tl.where(fin, (-dcse_62), K0), tl.where(fin, (-dcse_113), K0),
+                tl.where(fin, K6, K0), tl.where(fin, dcse_65, K0), tl.where(fin, dcse_66, K0), tl.where(fin, dcse_67, K0),
+                tl.where(fin, (dcse_36 + dcse_72), K0), tl.where(fin, dcse_74, K0), tl.where(fin, dcse_75, K0), tl.where(fin, K6, K0),
+                tl.where(fin, (dcse_203 * dcse_96), K0), tl.where(fin, (dcse_206 * dcse_96), K0), tl.where(fin, (dcse_207 * dcse_96), K0), tl.where(fin, (dcse_98 + (cse_11 * dcse_97)), K0),
+                tl.where(fin, dcse_99, K0), tl.where(fin, dcse_100, K0), tl.where(fin, (-dcse_115), K0), tl.where(fin, K6, K0),
+                tl.where(fin, dcse_78, K0), tl.where(fin, dcse_79, K0), tl.where(fin, dcse_80, K0), tl.where(fin, dcse_74, K0), BLOCK)
             _k18 = tl.arange(0, 32)[None, :] + 32
             tl.store(J + row[:, None] * j_stride + _k18 + (_k18 // 15) * (4 * (V // 8)), _row17, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row19 = _mc_row32(
-                tl.where(fin, d58, K0), tl.where(fin, d56, K0), tl.where(fin, K6, K0), tl.where(fin, d85, K0),
-                tl.where(fin, d86, K0), tl.where(fin, d87, K0), tl.where(fin, d122, K0), tl.where(fin, d88, K0),
-                tl.where(fin, d89, K0), tl.where(fin, d98, K0), tl.where(fin, K6, K0), tl.where(fin, d60, K0),
-                tl.where(fin, d62, K0), tl.where(fin, d64, K0), tl.where(fin, d111, K0), tl.where(fin, d112, K0),
-                tl.where(fin, d68, K0), tl.where(fin, K6, K0), tl.where(fin, d90, K0), tl.where(fin, d91, K0),
-                tl.where(fin, d92, K0), tl.where(fin, d123, K0), tl.where(fin, d124, K0), tl.where(fin, d93, K0),
-                tl.where(fin, d99, K0), tl.where(fin, K6, K0), tl.where(fin, d125, K0), tl.where(fin, d126, K0),
-                tl.where(fin, d127, K0), tl.where(fin, d100, K0), tl.where(fin, d101, K0), tl.where(fin, d102, K0), BLOCK)
+                tl.where(fin, (dcse_36 + dcse_81), K0), tl.where(fin, dcse_83, K0), tl.where(fin, K6, K0), tl.where(fin, (dcse_101 * dcse_203), K0),
+                tl.where(fin, (dcse_101 * dcse_206), K0), tl.where(fin, (dcse_101 * dcse_207), K0), tl.where(fin, dcse_99, K0), tl.where(fin, (dcse_98 + (cse_12 * dcse_97)), K0),
+                tl.where(fin, dcse_102, K0), tl.where(fin, (-dcse_117), K0), tl.where(fin, K6, K0), tl.where(fin, dcse_86, K0),
+                tl.where(fin, dcse_87, K0), tl.where(fin, dcse_88, K0), tl.where(fin, dcse_75, K0), tl.where(fin, dcse_83, K0),
+                tl.where(fin, (dcse_36 + dcse_89), K0), tl.where(fin, K6, K0), tl.where(fin, (dcse_103 * dcse_203), K0), tl.where(fin, (dcse_103 * dcse_206), K0),
+                tl.where(fin, (dcse_103 * dcse_207), K0), tl.where(fin, dcse_100, K0), tl.where(fin, dcse_102, K0), tl.where(fin, (dcse_98 + (cse_13 * dcse_97)), K0),
+                tl.where(fin, (-dcse_119), K0), tl.where(fin, K6, K0), tl.where(fin, (-dcse_137), K0), tl.where(fin, (-dcse_139), K0),
+                tl.where(fin, (-dcse_140), K0), tl.where(fin, dcse_143, K0), tl.where(fin, dcse_145, K0), tl.where(fin, dcse_146, K0), BLOCK)
             _k20 = tl.arange(0, 32)[None, :] + 64
             tl.store(J + row[:, None] * j_stride + _k20 + (_k20 // 15) * (4 * (V // 8)), _row19, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row21 = _mc_row32(
-                tl.where(fin, K6, K0), tl.where(fin, d128, K0), tl.where(fin, d129, K0), tl.where(fin, d130, K0),
-                tl.where(fin, d131, K0), tl.where(fin, d132, K0), tl.where(fin, d133, K0), tl.where(fin, d134, K0),
-                tl.where(fin, K6, K0), tl.where(fin, d135, K0), tl.where(fin, d136, K0), tl.where(fin, d137, K0),
-                tl.where(fin, d103, K0), tl.where(fin, d104, K0), tl.where(fin, d105, K0), tl.where(fin, d138, K0),
-                tl.where(fin, d139, K0), tl.where(fin, d140, K0), tl.where(fin, d141, K0), tl.where(fin, d142, K0),
-                tl.where(fin, d143, K0), tl.where(fin, d144, K0), tl.where(fin, d145, K0), tl.where(fin, d106, K0),
-                tl.where(fin, d18, K0), tl.where(fin, d20, K0), tl.where(fin, d22, K0), tl.where(fin, d24, K0),
-                tl.where(fin, d10, K0), tl.where(fin, d12, K0), tl.where(fin, K6, K0), tl.where(fin, d146, K0), BLOCK)
+                tl.where(fin, K6, K0), tl.where(fin, dcse_137, K0), tl.where(fin, dcse_139, K0), tl.where(fin, dcse_140, K0),
+                tl.where(fin, (-dcse_143), K0), tl.where(fin, (-dcse_145), K0), tl.where(fin, (-dcse_146), K0), tl.where(fin, (K4 - (cse_23 * dcse_105)), K0),
+                tl.where(fin, K6, K0), tl.where(fin, (-dcse_153), K0), tl.where(fin, (-dcse_155), K0), tl.where(fin, (-dcse_156), K0),
+                tl.where(fin, dcse_158, K0), tl.where(fin, dcse_160, K0), tl.where(fin, dcse_161, K0), tl.where(fin, (-dcse_232), K0),
+                tl.where(fin, dcse_153, K0), tl.where(fin, dcse_155, K0), tl.where(fin, dcse_156, K0), tl.where(fin, (-dcse_158), K0),
+                tl.where(fin, (-dcse_160), K0), tl.where(fin, (-dcse_161), K0), tl.where(fin, (-p_K * dcse_163), K0), tl.where(fin, dcse_232, K0),
+                tl.where(fin, (cse_226 * (dcse_266 + (cse_30 * (dcse_237 + (dcse_238 * dcse_260))))), K0), tl.where(fin, (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_238 * dcse_261))))), K0), tl.where(fin, (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_238 * dcse_262))))), K0), tl.where(fin, (-cse_3 * dcse_242), K0),
+                tl.where(fin, (-cse_4 * dcse_242), K0), tl.where(fin, (-cse_5 * dcse_242), K0), tl.where(fin, K6, K0), tl.where(fin, (-(dcse_181 * dcse_219) + (cse_221 * cse_226 * cse_30 * (-dcse_222 - dcse_225))), K0), BLOCK)
             _k22 = tl.arange(0, 32)[None, :] + 96
             tl.store(J + row[:, None] * j_stride + _k22 + (_k22 // 15) * (4 * (V // 8)), _row21, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row23 = _mc_row32(
-                tl.where(fin, d147, K0), tl.where(fin, d148, K0), tl.where(fin, d149, K0), tl.where(fin, d150, K0),
-                tl.where(fin, d151, K0), tl.where(fin, d179, K0), tl.where(fin, K6, K0), tl.where(fin, d14, K0),
-                tl.where(fin, d16, K0), tl.where(fin, d2, K0), tl.where(fin, d4, K0), tl.where(fin, d6, K0),
-                tl.where(fin, d8, K0), tl.where(fin, K6, K0), tl.where(fin, d152, K0), tl.where(fin, d153, K0),
-                tl.where(fin, d154, K0), tl.where(fin, d155, K0), tl.where(fin, d156, K0), tl.where(fin, d157, K0),
-                tl.where(fin, d180, K0), tl.where(fin, K6, K0), tl.where(fin, d26, K0), tl.where(fin, d28, K0),
-                tl.where(fin, d30, K0), tl.where(fin, d32, K0), tl.where(fin, d34, K0), tl.where(fin, d36, K0),
-                tl.where(fin, K6, K0), tl.where(fin, d158, K0), tl.where(fin, d159, K0), tl.where(fin, d160, K0), BLOCK)
+                tl.where(fin, (-(dcse_181 * dcse_90) + (cse_221 * cse_226 * (-dcse_223 - dcse_95))), K0), tl.where(fin, (-(dcse_181 * dcse_91) + (cse_221 * cse_226 * (-dcse_227 - dcse_93))), K0), tl.where(fin, (dcse_183 * dcse_73), K0), tl.where(fin, (dcse_183 * dcse_82), K0),
+                tl.where(fin, (dcse_183 * dcse_184), K0), tl.where(fin, (cse_226 * dcse_109), K0), tl.where(fin, K6, K0), tl.where(fin, (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_243 * dcse_260))))), K0),
+                tl.where(fin, (cse_226 * (dcse_266 + (cse_30 * (dcse_237 + (dcse_243 * dcse_261))))), K0), tl.where(fin, (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_243 * dcse_262))))), K0), tl.where(fin, (-cse_3 * dcse_244), K0), tl.where(fin, (-cse_4 * dcse_244), K0),
+                tl.where(fin, (-cse_5 * dcse_244), K0), tl.where(fin, K6, K0), tl.where(fin, (-(dcse_181 * dcse_92) + (cse_221 * cse_226 * (-dcse_219 - dcse_94))), K0), tl.where(fin, (-(dcse_181 * dcse_223) + (cse_221 * cse_226 * cse_30 * (-dcse_220 - dcse_226))), K0),
+                tl.where(fin, (-(dcse_181 * dcse_93) + (cse_221 * cse_226 * (-dcse_227 - dcse_91))), K0), tl.where(fin, (dcse_185 * dcse_73), K0), tl.where(fin, (dcse_185 * dcse_82), K0), tl.where(fin, (dcse_184 * dcse_185), K0),
+                tl.where(fin, (cse_226 * dcse_111), K0), tl.where(fin, K6, K0), tl.where(fin, (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_245 * dcse_260))))), K0), tl.where(fin, (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_245 * dcse_261))))), K0),
+                tl.where(fin, (cse_226 * (dcse_266 + (cse_30 * (dcse_237 + (dcse_245 * dcse_262))))), K0), tl.where(fin, (-cse_3 * dcse_246), K0), tl.where(fin, (-cse_4 * dcse_246), K0), tl.where(fin, (-cse_5 * dcse_246), K0),
+                tl.where(fin, K6, K0), tl.where(fin, (-(dcse_181 * dcse_94) + (cse_221 * cse_226 * (-dcse_219 - dcse_92))), K0), tl.where(fin, (-(dcse_181 * dcse_95) + (cse_221 * cse_226 * (-dcse_223 - dcse_90))), K0), tl.where(fin, (-(dcse_181 * dcse_227) + (cse_221 * cse_226 * cse_30 * (-dcse_221 - dcse_224))), K0), BLOCK)
             _k24 = tl.arange(0, 32)[None, :] + 128
             tl.store(J + row[:, None] * j_stride + _k24 + (_k24 // 15) * (4 * (V // 8)), _row23, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row25 = _mc_row32(
-                tl.where(fin, d161, K0), tl.where(fin, d162, K0), tl.where(fin, d163, K0), tl.where(fin, d181, K0),
-                tl.where(fin, K6, K0), tl.where(fin, d38, K0), tl.where(fin, d40, K0), tl.where(fin, d53, K0),
-                tl.where(fin, d55, K0), tl.where(fin, d48, K0), tl.where(fin, d51, K0), tl.where(fin, K6, K0),
-                tl.where(fin, d164, K0), tl.where(fin, d165, K0), tl.where(fin, d166, K0), tl.where(fin, d167, K0),
-                tl.where(fin, d107, K0), tl.where(fin, d108, K0), tl.where(fin, d182, K0), tl.where(fin, K6, K0),
-                tl.where(fin, d42, K0), tl.where(fin, d44, K0), tl.where(fin, d46, K0), tl.where(fin, d49, K0),
-                tl.where(fin, d59, K0), tl.where(fin, d57, K0), tl.where(fin, K6, K0), tl.where(fin, d168, K0),
-                tl.where(fin, d169, K0), tl.where(fin, d170, K0), tl.where(fin, d171, K0), tl.where(fin, d172, K0), BLOCK)
+                tl.where(fin, (dcse_186 * dcse_73), K0), tl.where(fin, (dcse_186 * dcse_82), K0), tl.where(fin, (dcse_184 * dcse_186), K0), tl.where(fin, (cse_226 * dcse_113), K0),
+                tl.where(fin, K6, K0), tl.where(fin, (dcse_248 * dcse_260), K0), tl.where(fin, (dcse_248 * dcse_261), K0), tl.where(fin, (dcse_248 * dcse_262), K0),
+                tl.where(fin, (cse_226 * (K4 + (cse_30 * (-dcse_236 - (cse_11 * dcse_265))))), K0), tl.where(fin, dcse_250, K0), tl.where(fin, dcse_251, K0), tl.where(fin, K6, K0),
+                tl.where(fin, (cse_226 * dcse_65), K0), tl.where(fin, (cse_226 * dcse_66), K0), tl.where(fin, (cse_226 * dcse_67), K0), tl.where(fin, (dcse_187 + (cse_226 * dcse_72)), K0),
+                tl.where(fin, dcse_188, K0), tl.where(fin, dcse_189, K0), tl.where(fin, (cse_226 * dcse_115), K0), tl.where(fin, K6, K0),
+                tl.where(fin, (dcse_252 * dcse_260), K0), tl.where(fin, (dcse_252 * dcse_261), K0), tl.where(fin, (dcse_252 * dcse_262), K0), tl.where(fin, dcse_250, K0),
+                tl.where(fin, (cse_226 * (K4 + (cse_30 * (-dcse_236 - (cse_12 * dcse_265))))), K0), tl.where(fin, dcse_253, K0), tl.where(fin, K6, K0), tl.where(fin, (cse_226 * dcse_78), K0),
+                tl.where(fin, (cse_226 * dcse_79), K0), tl.where(fin, (cse_226 * dcse_80), K0), tl.where(fin, dcse_188, K0), tl.where(fin, (dcse_187 + (cse_226 * dcse_81)), K0), BLOCK)
             _k26 = tl.arange(0, 32)[None, :] + 160
             tl.store(J + row[:, None] * j_stride + _k26 + (_k26 // 15) * (4 * (V // 8)), _row25, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _zero27 = tl.zeros([BLOCK], dtype=DTYPE)
             _row28 = _mc_row32(
-                tl.where(fin, d109, K0), tl.where(fin, d183, K0), tl.where(fin, K6, K0), tl.where(fin, d61, K0),
-                tl.where(fin, d63, K0), tl.where(fin, d65, K0), tl.where(fin, d66, K0), tl.where(fin, d67, K0),
-                tl.where(fin, d69, K0), tl.where(fin, K6, K0), tl.where(fin, d173, K0), tl.where(fin, d174, K0),
-                tl.where(fin, d175, K0), tl.where(fin, d176, K0), tl.where(fin, d177, K0), tl.where(fin, d178, K0),
-                tl.where(fin, d184, K0), tl.where(fin, K6, K0), _zero27, _zero27,
+                tl.where(fin, dcse_190, K0), tl.where(fin, (cse_226 * dcse_117), K0), tl.where(fin, K6, K0), tl.where(fin, (dcse_254 * dcse_260), K0),
+                tl.where(fin, (dcse_254 * dcse_261), K0), tl.where(fin, (dcse_254 * dcse_262), K0), tl.where(fin, dcse_251, K0), tl.where(fin, dcse_253, K0),
+                tl.where(fin, (cse_226 * (K4 + (cse_30 * (-dcse_236 - (cse_13 * dcse_265))))), K0), tl.where(fin, K6, K0), tl.where(fin, (cse_226 * dcse_86), K0), tl.where(fin, (cse_226 * dcse_87), K0),
+                tl.where(fin, (cse_226 * dcse_88), K0), tl.where(fin, dcse_189, K0), tl.where(fin, dcse_190, K0), tl.where(fin, (dcse_187 + (cse_226 * dcse_89)), K0),
+                tl.where(fin, (cse_226 * dcse_119), K0), tl.where(fin, K6, K0), _zero27, _zero27,
                 _zero27, _zero27, _zero27, _zero27,
                 _zero27, _zero27, _zero27, _zero27,
                 _zero27, _zero27, _zero27, _zero27, BLOCK)
@@ -1302,33 +1114,33 @@ if triton is not None:
             tl.store(J + row[:, None] * j_stride + _k29 + (_k29 // 15) * (4 * (V // 8)), _row28, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 18))
             if V & 8:
                 _k30 = tl.arange(0, 4)[None, :]
-                tl.store(J + row[:, None] * j_stride + (_k30 // 4) * 19 + 15 + _k30 % 4, _mc_row4(tl.where(fin, d203, K0), tl.where(fin, d206, K0), tl.where(fin, d191, K0), tl.where(fin, d197, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k30 // 4) * 19 + 15 + _k30 % 4, _mc_row4(tl.where(fin, (cse_10 * dcse_121), K0), tl.where(fin, (dcse_124 * dcse_125), K0), tl.where(fin, (-dcse_108), K0), tl.where(fin, dcse_128, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k31 = tl.arange(0, 4)[None, :] + 4
-                tl.store(J + row[:, None] * j_stride + (_k31 // 4) * 19 + 15 + _k31 % 4, _mc_row4(tl.where(fin, d204, K0), tl.where(fin, d207, K0), tl.where(fin, d192, K0), tl.where(fin, d198, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k31 // 4) * 19 + 15 + _k31 % 4, _mc_row4(tl.where(fin, (cse_20 * dcse_121), K0), tl.where(fin, (cse_20 * dcse_126), K0), tl.where(fin, (-dcse_110), K0), tl.where(fin, dcse_129, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k32 = tl.arange(0, 4)[None, :] + 8
-                tl.store(J + row[:, None] * j_stride + (_k32 // 4) * 19 + 15 + _k32 % 4, _mc_row4(tl.where(fin, d205, K0), tl.where(fin, d208, K0), tl.where(fin, d193, K0), tl.where(fin, d199, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k32 // 4) * 19 + 15 + _k32 % 4, _mc_row4(tl.where(fin, (cse_17 * dcse_121), K0), tl.where(fin, (cse_17 * dcse_126), K0), tl.where(fin, (-dcse_112), K0), tl.where(fin, dcse_130, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k33 = tl.arange(0, 4)[None, :] + 12
-                tl.store(J + row[:, None] * j_stride + (_k33 // 4) * 19 + 15 + _k33 % 4, _mc_row4(tl.where(fin, d185, K0), tl.where(fin, d188, K0), tl.where(fin, d194, K0), tl.where(fin, d200, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k33 // 4) * 19 + 15 + _k33 % 4, _mc_row4(tl.where(fin, (cse_3 * dcse_121), K0), tl.where(fin, (cse_3 * dcse_126), K0), tl.where(fin, (-dcse_114), K0), tl.where(fin, dcse_131, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k34 = tl.arange(0, 4)[None, :] + 16
-                tl.store(J + row[:, None] * j_stride + (_k34 // 4) * 19 + 15 + _k34 % 4, _mc_row4(tl.where(fin, d186, K0), tl.where(fin, d189, K0), tl.where(fin, d195, K0), tl.where(fin, d201, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k34 // 4) * 19 + 15 + _k34 % 4, _mc_row4(tl.where(fin, (cse_4 * dcse_121), K0), tl.where(fin, (cse_4 * dcse_126), K0), tl.where(fin, (-dcse_116), K0), tl.where(fin, dcse_132, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k35 = tl.arange(0, 4)[None, :] + 20
-                tl.store(J + row[:, None] * j_stride + (_k35 // 4) * 19 + 15 + _k35 % 4, _mc_row4(tl.where(fin, d187, K0), tl.where(fin, d190, K0), tl.where(fin, d196, K0), tl.where(fin, d202, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k35 // 4) * 19 + 15 + _k35 % 4, _mc_row4(tl.where(fin, (cse_5 * dcse_121), K0), tl.where(fin, (cse_5 * dcse_126), K0), tl.where(fin, (-dcse_118), K0), tl.where(fin, dcse_133, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k36 = tl.arange(0, 4)[None, :] + 24
-                tl.store(J + row[:, None] * j_stride + (_k36 // 4) * 19 + 15 + _k36 % 4, _mc_row4(tl.where(fin, d209, K0), tl.where(fin, d210, K0), tl.where(fin, d211, K0), tl.where(fin, d212, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k36 // 4) * 19 + 15 + _k36 % 4, _mc_row4(tl.where(fin, (K9 * cse_26 * (-dcse_149 + (cse_21 * dcse_135))), K0), tl.where(fin, (K9 * dcse_123 * (-(K8 * dcse_150) + (K8 * cse_35 * dcse_147))), K0), tl.where(fin, (-dcse_135), K0), tl.where(fin, (-(dcse_135 * old_state_internal_ep) - (K10 * dcse_148)), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k37 = tl.arange(0, 4)[None, :] + 28
-                tl.store(J + row[:, None] * j_stride + (_k37 // 4) * 19 + 15 + _k37 % 4, _mc_row4(tl.where(fin, d213, K0), tl.where(fin, d214, K0), tl.where(fin, d215, K0), tl.where(fin, d216, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k37 // 4) * 19 + 15 + _k37 % 4, _mc_row4(tl.where(fin, (dcse_120 * dcse_231), K0), tl.where(fin, (dcse_124 * dcse_231), K0), tl.where(fin, (-dcse_163), K0), tl.where(fin, (dcse_230 * dcse_231), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k38 = tl.arange(0, 4)[None, :] + 32
-                tl.store(J + row[:, None] * j_stride + (_k38 // 4) * 19 + 15 + _k38 % 4, _mc_row4(tl.where(fin, d217, K0), tl.where(fin, d223, K0), tl.where(fin, d229, K0), tl.where(fin, d235, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k38 // 4) * 19 + 15 + _k38 % 4, _mc_row4(tl.where(fin, (cse_225 * (cse_0 + dcse_191 - cse_38 - (dcse_125 * dcse_192))), K0), tl.where(fin, (-dcse_199 - (cse_223 * dcse_196) - (dcse_125 * dcse_197 * dcse_198)), K0), tl.where(fin, (cse_226 * dcse_108), K0), tl.where(fin, (-cse_226 * dcse_128), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k39 = tl.arange(0, 4)[None, :] + 36
-                tl.store(J + row[:, None] * j_stride + (_k39 // 4) * 19 + 15 + _k39 % 4, _mc_row4(tl.where(fin, d218, K0), tl.where(fin, d224, K0), tl.where(fin, d230, K0), tl.where(fin, d236, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k39 // 4) * 19 + 15 + _k39 % 4, _mc_row4(tl.where(fin, (cse_225 * (cse_1 + dcse_191 - cse_39 - (cse_20 * dcse_193))), K0), tl.where(fin, (-dcse_199 - (cse_20 * dcse_201) - (cse_227 * dcse_196)), K0), tl.where(fin, (cse_226 * dcse_110), K0), tl.where(fin, (-cse_226 * dcse_129), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k40 = tl.arange(0, 4)[None, :] + 40
-                tl.store(J + row[:, None] * j_stride + (_k40 // 4) * 19 + 15 + _k40 % 4, _mc_row4(tl.where(fin, d219, K0), tl.where(fin, d225, K0), tl.where(fin, d231, K0), tl.where(fin, d237, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k40 // 4) * 19 + 15 + _k40 % 4, _mc_row4(tl.where(fin, (cse_225 * (cse_2 + dcse_191 - cse_40 - (cse_17 * dcse_193))), K0), tl.where(fin, (-dcse_199 - (cse_17 * dcse_201) - (cse_228 * dcse_196)), K0), tl.where(fin, (cse_226 * dcse_112), K0), tl.where(fin, (-cse_226 * dcse_130), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k41 = tl.arange(0, 4)[None, :] + 44
-                tl.store(J + row[:, None] * j_stride + (_k41 // 4) * 19 + 15 + _k41 % 4, _mc_row4(tl.where(fin, d220, K0), tl.where(fin, d226, K0), tl.where(fin, d232, K0), tl.where(fin, d238, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k41 // 4) * 19 + 15 + _k41 % 4, _mc_row4(tl.where(fin, (cse_3 * dcse_194), K0), tl.where(fin, (cse_3 * dcse_202), K0), tl.where(fin, (cse_226 * dcse_114), K0), tl.where(fin, (-cse_226 * dcse_131), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k42 = tl.arange(0, 4)[None, :] + 48
-                tl.store(J + row[:, None] * j_stride + (_k42 // 4) * 19 + 15 + _k42 % 4, _mc_row4(tl.where(fin, d221, K0), tl.where(fin, d227, K0), tl.where(fin, d233, K0), tl.where(fin, d239, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k42 // 4) * 19 + 15 + _k42 % 4, _mc_row4(tl.where(fin, (cse_4 * dcse_194), K0), tl.where(fin, (cse_4 * dcse_202), K0), tl.where(fin, (cse_226 * dcse_116), K0), tl.where(fin, (-cse_226 * dcse_132), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k43 = tl.arange(0, 4)[None, :] + 52
-                tl.store(J + row[:, None] * j_stride + (_k43 // 4) * 19 + 15 + _k43 % 4, _mc_row4(tl.where(fin, d222, K0), tl.where(fin, d228, K0), tl.where(fin, d234, K0), tl.where(fin, d240, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k43 // 4) * 19 + 15 + _k43 % 4, _mc_row4(tl.where(fin, (cse_5 * dcse_194), K0), tl.where(fin, (cse_5 * dcse_202), K0), tl.where(fin, (cse_226 * dcse_118), K0), tl.where(fin, (-cse_226 * dcse_133), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
 else:
     _kernel = None
 
@@ -1398,7 +1210,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         mc_z[l] = z;
     }
     real o_y[14 * MC_W];
-    real o_j[240 * MC_W];
+    real o_j[231 * MC_W];
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real old_state_internal_Ep_0 = (v_x2 + 0 * MC_W)[l];
@@ -1500,449 +1312,446 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         o_y[12 * MC_W + l] = state_S_4;
         const real state_S_5 = (cse_230 * cse_5);
         o_y[13 * MC_W + l] = state_S_5;
-        const real cse_42 = (cse_15 + cse_18 - (((real)1.3333333333333333) * cse_0));
-        const real cse_43 = (-cse_42);
-        const real cse_44 = (cse_34 > 0 ? 1 : 0);
-        const real cse_45 = mc_sdiv(((real)1.0), cse_33);
-        const real cse_46 = (cse_44 * (cse_44 == 0 ? ((real)0.0) : cse_22) * (cse_44 == 0 ? ((real)0.0) : cse_45));
-        const real cse_47 = (cse_28 * cse_46);
-        const real cse_48 = (cse_10 * cse_47);
-        const real cse_49 = (((real)0.6666666666666666) * cse_22);
-        const real cse_50 = (-cse_49);
-        const real cse_51 = ((cse_35 == 0 ? ((real)0.0) : cse_45) * (cse_35 == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (cse_21 * cse_21))));
-        const real cse_52 = (cse_10 * cse_51);
-        const real d1 = (cse_30 * ((cse_35 * (-cse_50 - (cse_43 * cse_52))) + (cse_43 * cse_48)));
-        if (V & 14) if (V & 12) o_j[36 * MC_W + l] = d1;
-        const real cse_54 = (cse_15 + cse_6 - (((real)1.3333333333333333) * cse_1));
-        const real cse_55 = (-cse_54);
-        const real cse_56 = (((real)0.3333333333333333) * cse_22);
-        const real d2 = (cse_30 * ((cse_35 * (-cse_56 - (cse_52 * cse_55))) + (cse_48 * cse_55)));
-        if (V & 14) if (V & 12) o_j[37 * MC_W + l] = d2;
-        const real cse_58 = (cse_18 + cse_6 - (((real)1.3333333333333333) * cse_2));
-        const real cse_59 = (-cse_58);
-        const real d3 = (cse_30 * ((cse_35 * (-cse_56 - (cse_52 * cse_59))) + (cse_48 * cse_59)));
-        if (V & 14) if (V & 12) o_j[38 * MC_W + l] = d3;
-        const real cse_61 = (cse_35 * cse_51);
-        const real cse_62 = (((real)4.0) * cse_27);
-        const real cse_63 = (cse_46 * cse_62);
-        const real cse_64 = (cse_63 - (((real)2.0) * cse_61));
-        const real cse_65 = (cse_30 * cse_64);
-        const real cse_66 = (cse_10 * cse_65);
-        const real d4 = (cse_3 * cse_66);
-        if (V & 14) if (V & 12) o_j[39 * MC_W + l] = d4;
-        const real d5 = (cse_4 * cse_66);
-        if (V & 14) if (V & 12) o_j[40 * MC_W + l] = d5;
-        const real d6 = (cse_5 * cse_66);
-        if (V & 14) if (V & 12) o_j[41 * MC_W + l] = d6;
-        const real cse_70 = (cse_20 * cse_47);
-        const real cse_71 = (cse_20 * cse_51);
-        const real d7 = (cse_30 * ((cse_35 * (-cse_56 - (cse_43 * cse_71))) + (cse_43 * cse_70)));
-        if (V & 14) if (V & 12) o_j[49 * MC_W + l] = d7;
-        const real d8 = (cse_30 * ((cse_35 * (-cse_50 - (cse_55 * cse_71))) + (cse_55 * cse_70)));
-        if (V & 14) if (V & 12) o_j[50 * MC_W + l] = d8;
-        const real d9 = (cse_30 * ((cse_35 * (-cse_56 - (cse_59 * cse_71))) + (cse_59 * cse_70)));
-        if (V & 14) if (V & 12) o_j[51 * MC_W + l] = d9;
-        const real cse_75 = (cse_20 * cse_65);
-        const real d10 = (cse_3 * cse_75);
-        if (V & 14) if (V & 12) o_j[52 * MC_W + l] = d10;
-        const real d11 = (cse_4 * cse_75);
-        if (V & 14) if (V & 12) o_j[53 * MC_W + l] = d11;
-        const real d12 = (cse_5 * cse_75);
-        if (V & 14) if (V & 12) o_j[54 * MC_W + l] = d12;
-        const real cse_79 = (cse_17 * cse_47);
-        const real cse_80 = (cse_17 * cse_51);
-        const real d13 = (cse_30 * ((cse_35 * (-cse_56 - (cse_43 * cse_80))) + (cse_43 * cse_79)));
-        if (V & 14) if (V & 12) o_j[62 * MC_W + l] = d13;
-        const real d14 = (cse_30 * ((cse_35 * (-cse_56 - (cse_55 * cse_80))) + (cse_55 * cse_79)));
-        if (V & 14) if (V & 12) o_j[63 * MC_W + l] = d14;
-        const real d15 = (cse_30 * ((cse_35 * (-cse_50 - (cse_59 * cse_80))) + (cse_59 * cse_79)));
-        if (V & 14) if (V & 12) o_j[64 * MC_W + l] = d15;
-        const real cse_84 = (cse_17 * cse_65);
-        const real d16 = (cse_3 * cse_84);
-        if (V & 14) if (V & 12) o_j[65 * MC_W + l] = d16;
-        const real d17 = (cse_4 * cse_84);
-        if (V & 14) if (V & 12) o_j[66 * MC_W + l] = d17;
-        const real d18 = (cse_5 * cse_84);
-        if (V & 14) if (V & 12) o_j[67 * MC_W + l] = d18;
-        const real cse_88 = (cse_30 * (cse_47 - cse_61));
-        const real cse_89 = (cse_3 * cse_88);
-        const real d19 = (cse_43 * cse_89);
-        if (V & 14) if (V & 12) o_j[75 * MC_W + l] = d19;
-        const real d20 = (cse_55 * cse_89);
-        if (V & 14) if (V & 12) o_j[76 * MC_W + l] = d20;
-        const real d21 = (cse_59 * cse_89);
-        if (V & 14) if (V & 12) o_j[77 * MC_W + l] = d21;
-        const real cse_93 = (cse_11 * cse_63);
-        const real cse_94 = (-cse_22);
-        const real cse_95 = (((real)2.0) * cse_51);
-        const real cse_96 = (cse_94 + (cse_11 * cse_95));
-        const real d22 = (cse_30 * (cse_93 - (cse_35 * cse_96)));
-        if (V & 14) if (V & 12) o_j[78 * MC_W + l] = d22;
-        const real cse_98 = (cse_3 * cse_65);
-        const real d23 = (cse_4 * cse_98);
-        if (V & 14) if (V & 12) o_j[79 * MC_W + l] = d23;
-        const real d24 = (cse_5 * cse_98);
-        if (V & 14) if (V & 12) o_j[80 * MC_W + l] = d24;
-        const real cse_101 = (cse_4 * cse_88);
-        const real d25 = (cse_101 * cse_43);
-        if (V & 14) if (V & 12) o_j[88 * MC_W + l] = d25;
-        const real d26 = (cse_101 * cse_55);
-        if (V & 14) if (V & 12) o_j[89 * MC_W + l] = d26;
-        const real d27 = (cse_101 * cse_59);
-        if (V & 14) if (V & 12) o_j[90 * MC_W + l] = d27;
-        const real cse_105 = (cse_12 * cse_63);
-        const real cse_106 = (cse_94 + (cse_12 * cse_95));
-        const real d28 = (cse_30 * (cse_105 - (cse_106 * cse_35)));
-        if (V & 14) if (V & 12) o_j[92 * MC_W + l] = d28;
-        const real cse_108 = (cse_4 * cse_5);
-        const real d29 = (cse_108 * cse_65);
-        if (V & 14) if (V & 12) o_j[93 * MC_W + l] = d29;
-        const real cse_110 = (cse_5 * cse_88);
-        const real d30 = (cse_110 * cse_43);
-        if (V & 14) if (V & 12) o_j[101 * MC_W + l] = d30;
-        const real d31 = (cse_110 * cse_55);
-        if (V & 14) if (V & 12) o_j[102 * MC_W + l] = d31;
-        const real d32 = (cse_110 * cse_59);
-        if (V & 14) if (V & 12) o_j[103 * MC_W + l] = d32;
-        const real cse_114 = (cse_13 * cse_63);
-        const real cse_115 = (cse_94 + (cse_13 * cse_95));
-        const real d33 = (cse_30 * (cse_114 - (cse_115 * cse_35)));
-        if (V & 14) if (V & 12) o_j[106 * MC_W + l] = d33;
-        const real cse_231 = (((real)1.0) + cse_221);
-        const real cse_232 = (-cse_226);
-        const real d34 = (cse_232 * d23);
-        if (V & 14) o_j[22 * MC_W + l] = d34;
-        const real d35 = (cse_232 * d24);
-        if (V & 14) o_j[23 * MC_W + l] = d35;
-        const real d36 = (cse_232 * d29);
-        if (V & 14) o_j[29 * MC_W + l] = d36;
-        if (V & 14) o_j[0 * MC_W + l] = (cse_226 * (cse_231 - d1));
-        if (V & 14) o_j[1 * MC_W + l] = (cse_226 * (cse_221 - d2));
-        if (V & 14) o_j[2 * MC_W + l] = (cse_226 * (cse_221 - d3));
-        if (V & 14) o_j[3 * MC_W + l] = (-cse_226 * d4);
-        if (V & 14) o_j[4 * MC_W + l] = (-cse_226 * d5);
-        if (V & 14) o_j[5 * MC_W + l] = (-cse_226 * d6);
-        if (V & 14) o_j[6 * MC_W + l] = (cse_226 * (cse_221 - d7));
-        if (V & 14) o_j[7 * MC_W + l] = (cse_226 * (cse_231 - d8));
-        if (V & 14) o_j[8 * MC_W + l] = (cse_226 * (cse_221 - d9));
-        if (V & 14) o_j[9 * MC_W + l] = (-cse_226 * d10);
-        if (V & 14) o_j[10 * MC_W + l] = (-cse_226 * d11);
-        if (V & 14) o_j[11 * MC_W + l] = (-cse_226 * d12);
-        if (V & 14) o_j[12 * MC_W + l] = (cse_226 * (cse_221 - d13));
-        if (V & 14) o_j[13 * MC_W + l] = (cse_226 * (cse_221 - d14));
-        if (V & 14) o_j[14 * MC_W + l] = (cse_226 * (cse_231 - d15));
-        if (V & 14) o_j[15 * MC_W + l] = (-cse_226 * d16);
-        if (V & 14) o_j[16 * MC_W + l] = (-cse_226 * d17);
-        if (V & 14) o_j[17 * MC_W + l] = (-cse_226 * d18);
-        if (V & 14) o_j[18 * MC_W + l] = (cse_232 * d19);
-        if (V & 14) o_j[19 * MC_W + l] = (cse_232 * d20);
-        if (V & 14) o_j[20 * MC_W + l] = (cse_232 * d21);
-        if (V & 14) o_j[21 * MC_W + l] = (cse_226 + (cse_232 * d22));
-        if (V & 14) o_j[24 * MC_W + l] = (cse_232 * d25);
-        if (V & 14) o_j[25 * MC_W + l] = (cse_232 * d26);
-        if (V & 14) o_j[26 * MC_W + l] = (cse_232 * d27);
-        if (V & 14) o_j[27 * MC_W + l] = d34;
-        if (V & 14) o_j[28 * MC_W + l] = (cse_226 + (cse_232 * d28));
-        if (V & 14) o_j[30 * MC_W + l] = (cse_232 * d30);
-        if (V & 14) o_j[31 * MC_W + l] = (cse_232 * d31);
-        if (V & 14) o_j[32 * MC_W + l] = (cse_232 * d32);
-        if (V & 14) o_j[33 * MC_W + l] = d35;
-        if (V & 14) o_j[34 * MC_W + l] = d36;
-        if (V & 14) o_j[35 * MC_W + l] = (cse_226 + (cse_232 * d33));
-        const real d37 = (((real)1.0) + (cse_30 * ((cse_35 * (-cse_49 - (cse_42 * cse_52))) + (cse_42 * cse_48))));
-        if (V & 12) o_j[42 * MC_W + l] = d37;
-        const real cse_118 = (-cse_56);
-        const real cse_119 = ((cse_35 * (-cse_118 - (cse_52 * cse_54))) + (cse_48 * cse_54));
-        const real d38 = (cse_119 * cse_30);
-        if (V & 12) o_j[43 * MC_W + l] = d38;
-        const real cse_121 = ((cse_35 * (-cse_118 - (cse_52 * cse_58))) + (cse_48 * cse_58));
-        const real d39 = (cse_121 * cse_30);
-        if (V & 12) o_j[44 * MC_W + l] = d39;
-        const real cse_123 = (-cse_64);
-        const real cse_124 = (cse_123 * cse_30);
-        const real cse_125 = (cse_10 * cse_124);
-        const real cse_126 = ((cse_35 * (-cse_118 - (cse_42 * cse_71))) + (cse_42 * cse_70));
-        const real d40 = (cse_126 * cse_30);
-        if (V & 12) o_j[55 * MC_W + l] = d40;
-        const real d41 = (((real)1.0) + (cse_30 * ((cse_35 * (-cse_49 - (cse_54 * cse_71))) + (cse_54 * cse_70))));
-        if (V & 12) o_j[56 * MC_W + l] = d41;
-        const real cse_129 = ((cse_35 * (-cse_118 - (cse_58 * cse_71))) + (cse_58 * cse_70));
-        const real d42 = (cse_129 * cse_30);
-        if (V & 12) o_j[57 * MC_W + l] = d42;
-        const real cse_131 = (cse_124 * cse_20);
-        const real cse_132 = ((cse_35 * (-cse_118 - (cse_42 * cse_80))) + (cse_42 * cse_79));
-        const real d43 = (cse_132 * cse_30);
-        if (V & 12) o_j[68 * MC_W + l] = d43;
-        const real cse_134 = ((cse_35 * (-cse_118 - (cse_54 * cse_80))) + (cse_54 * cse_79));
-        const real d44 = (cse_134 * cse_30);
-        if (V & 12) o_j[69 * MC_W + l] = d44;
-        const real d45 = (((real)1.0) + (cse_30 * ((cse_35 * (-cse_49 - (cse_58 * cse_80))) + (cse_58 * cse_79))));
-        if (V & 12) o_j[70 * MC_W + l] = d45;
-        const real cse_137 = (cse_124 * cse_17);
-        const real d46 = (cse_42 * cse_89);
-        if (V & 12) o_j[81 * MC_W + l] = d46;
-        const real d47 = (cse_54 * cse_89);
-        if (V & 12) o_j[82 * MC_W + l] = d47;
-        const real d48 = (cse_58 * cse_89);
-        if (V & 12) o_j[83 * MC_W + l] = d48;
-        const real d49 = (((real)1.0) + (cse_30 * (-cse_93 + (cse_35 * cse_96))));
-        if (V & 12) o_j[84 * MC_W + l] = d49;
-        const real cse_142 = (cse_124 * cse_3);
-        const real d50 = (cse_142 * cse_4);
-        if (V & 12) o_j[85 * MC_W + l] = d50;
-        const real d51 = (cse_142 * cse_5);
-        if (V & 12) o_j[86 * MC_W + l] = d51;
-        const real d52 = (cse_101 * cse_42);
-        if (V & 12) o_j[94 * MC_W + l] = d52;
-        const real d53 = (cse_101 * cse_54);
-        if (V & 12) o_j[95 * MC_W + l] = d53;
-        const real d54 = (cse_101 * cse_58);
-        if (V & 12) o_j[96 * MC_W + l] = d54;
-        const real d55 = (((real)1.0) + (cse_30 * (-cse_105 + (cse_106 * cse_35))));
-        if (V & 12) o_j[98 * MC_W + l] = d55;
-        const real d56 = (cse_108 * cse_124);
-        if (V & 12) o_j[99 * MC_W + l] = d56;
-        const real d57 = (cse_110 * cse_42);
-        if (V & 12) o_j[107 * MC_W + l] = d57;
-        const real d58 = (cse_110 * cse_54);
-        if (V & 12) o_j[108 * MC_W + l] = d58;
-        const real d59 = (cse_110 * cse_58);
-        if (V & 12) o_j[109 * MC_W + l] = d59;
-        const real d60 = (((real)1.0) + (cse_30 * (-cse_114 + (cse_115 * cse_35))));
-        if (V & 12) o_j[112 * MC_W + l] = d60;
-        const real cse_154 = (cse_30 * cse_44);
-        const real cse_155 = (((real)2.449489742783178) * cse_154);
-        const real cse_156 = (cse_155 * cse_56);
-        const real cse_157 = (cse_10 * cse_156);
-        const real d61 = (-p_K * cse_157);
-        if (V & 12) o_j[48 * MC_W + l] = d61;
-        const real cse_159 = (cse_156 * cse_20);
-        const real d62 = (-p_K * cse_159);
-        if (V & 12) o_j[61 * MC_W + l] = d62;
-        const real cse_161 = (cse_156 * cse_17);
-        const real d63 = (-p_K * cse_161);
-        if (V & 12) o_j[74 * MC_W + l] = d63;
-        const real cse_163 = (cse_156 * cse_3);
-        const real d64 = (-p_K * cse_163);
-        if (V & 12) o_j[87 * MC_W + l] = d64;
-        const real cse_165 = (cse_156 * cse_4);
-        const real d65 = (-p_K * cse_165);
-        if (V & 12) o_j[100 * MC_W + l] = d65;
-        const real cse_167 = (cse_156 * cse_5);
-        const real d66 = (-p_K * cse_167);
-        if (V & 12) o_j[113 * MC_W + l] = d66;
-        const real cse_193 = (((real)0.816496580927726) * cse_154);
-        const real cse_202 = (((real)0.6666666666666666) * cse_154);
-        const real cse_203 = (cse_27 * cse_45);
-        const real cse_204 = (((real)2.449489742783178) * cse_202 * cse_203);
-        const real cse_205 = (((real)1.3333333333333333) * cse_155 * cse_203);
-        const real d67 = (cse_205 * cse_3);
-        if (V & 12) o_j[117 * MC_W + l] = d67;
-        const real d68 = (cse_205 * cse_4);
-        if (V & 12) o_j[118 * MC_W + l] = d68;
-        const real d69 = (cse_205 * cse_5);
-        if (V & 12) o_j[119 * MC_W + l] = d69;
-        const real cse_209 = mc_sdiv(((real)1.0), cse_41);
-        const real cse_210 = (cse_154 * cse_209 * cse_45);
-        const real cse_211 = (cse_210 * cse_28);
-        const real cse_212 = (cse_210 * cse_62);
-        const real d70 = (cse_212 * cse_3);
-        if (V & 12) o_j[130 * MC_W + l] = d70;
-        const real d71 = (cse_212 * cse_4);
-        if (V & 12) o_j[131 * MC_W + l] = d71;
-        const real d72 = (cse_212 * cse_5);
-        if (V & 12) o_j[132 * MC_W + l] = d72;
-        const real d73 = mc_sdiv(cse_36, (cse_41 * cse_41));
-        if (V & 12) o_j[141 * MC_W + l] = d73;
-        const real cse_217 = (cse_193 * cse_209);
-        const real cse_236 = (-cse_231);
-        const real cse_237 = (cse_221 * cse_226);
-        const real cse_238 = (cse_237 * cse_30);
-        const real cse_239 = (cse_237 * cse_9);
-        const real cse_240 = (cse_124 * cse_239);
-        const real cse_241 = (cse_19 * cse_237);
-        const real cse_242 = (cse_124 * cse_241);
-        const real cse_243 = (cse_16 * cse_237);
-        const real cse_244 = (cse_124 * cse_243);
-        const real d74 = (cse_232 * d50);
-        if (V & 12) o_j[167 * MC_W + l] = d74;
-        const real d75 = (cse_232 * d51);
-        if (V & 12) o_j[168 * MC_W + l] = d75;
-        const real d76 = (cse_232 * d56);
-        if (V & 12) o_j[175 * MC_W + l] = d76;
-        if (V & 12) o_j[91 * MC_W + l] = d23;
-        if (V & 12) o_j[104 * MC_W + l] = d24;
-        if (V & 12) o_j[105 * MC_W + l] = d29;
-        if (V & 12) o_j[45 * MC_W + l] = (cse_125 * cse_3);
-        if (V & 12) o_j[46 * MC_W + l] = (cse_125 * cse_4);
-        if (V & 12) o_j[47 * MC_W + l] = (cse_125 * cse_5);
-        if (V & 12) o_j[58 * MC_W + l] = (cse_131 * cse_3);
-        if (V & 12) o_j[59 * MC_W + l] = (cse_131 * cse_4);
-        if (V & 12) o_j[60 * MC_W + l] = (cse_131 * cse_5);
-        if (V & 12) o_j[71 * MC_W + l] = (cse_137 * cse_3);
-        if (V & 12) o_j[72 * MC_W + l] = (cse_137 * cse_4);
-        if (V & 12) o_j[73 * MC_W + l] = (cse_137 * cse_5);
-        if (V & 12) o_j[97 * MC_W + l] = d50;
-        if (V & 12) o_j[110 * MC_W + l] = d51;
-        if (V & 12) o_j[111 * MC_W + l] = d56;
-        if (V & 12) o_j[114 * MC_W + l] = (cse_204 * cse_43);
-        if (V & 12) o_j[115 * MC_W + l] = (cse_204 * cse_55);
-        if (V & 12) o_j[116 * MC_W + l] = (cse_204 * cse_59);
-        if (V & 12) o_j[120 * MC_W + l] = (cse_204 * cse_42);
-        if (V & 12) o_j[121 * MC_W + l] = (cse_204 * cse_54);
-        if (V & 12) o_j[122 * MC_W + l] = (cse_204 * cse_58);
-        if (V & 12) o_j[123 * MC_W + l] = (-d67);
-        if (V & 12) o_j[124 * MC_W + l] = (-d68);
-        if (V & 12) o_j[125 * MC_W + l] = (-d69);
-        if (V & 12) o_j[126 * MC_W + l] = (((real)1.0) - (cse_154 * cse_23));
-        if (V & 12) o_j[127 * MC_W + l] = (cse_211 * cse_43);
-        if (V & 12) o_j[128 * MC_W + l] = (cse_211 * cse_55);
-        if (V & 12) o_j[129 * MC_W + l] = (cse_211 * cse_59);
-        if (V & 12) o_j[133 * MC_W + l] = (-d73);
-        if (V & 12) o_j[134 * MC_W + l] = (cse_211 * cse_42);
-        if (V & 12) o_j[135 * MC_W + l] = (cse_211 * cse_54);
-        if (V & 12) o_j[136 * MC_W + l] = (cse_211 * cse_58);
-        if (V & 12) o_j[137 * MC_W + l] = (-d70);
-        if (V & 12) o_j[138 * MC_W + l] = (-d71);
-        if (V & 12) o_j[139 * MC_W + l] = (-d72);
-        if (V & 12) o_j[140 * MC_W + l] = (-p_K * cse_217);
-        if (V & 12) o_j[142 * MC_W + l] = (-(cse_238 * (cse_126 + cse_132)) + (p_E * cse_225 * cse_236 * d37));
-        if (V & 12) o_j[143 * MC_W + l] = (-(cse_237 * (d41 + d44)) + (p_E * cse_119 * cse_225 * cse_236 * cse_30));
-        if (V & 12) o_j[144 * MC_W + l] = (-(cse_237 * (d42 + d45)) + (p_E * cse_121 * cse_225 * cse_236 * cse_30));
-        if (V & 12) o_j[145 * MC_W + l] = (-(cse_142 * cse_239) + (p_E * cse_10 * cse_123 * cse_225 * cse_236 * cse_3 * cse_30));
-        if (V & 12) o_j[146 * MC_W + l] = (-(cse_240 * cse_4) + (p_E * cse_10 * cse_123 * cse_225 * cse_236 * cse_30 * cse_4));
-        if (V & 12) o_j[147 * MC_W + l] = (-(cse_240 * cse_5) + (p_E * cse_10 * cse_123 * cse_225 * cse_236 * cse_30 * cse_5));
-        if (V & 12) o_j[149 * MC_W + l] = (-(cse_237 * (d37 + d43)) + (p_E * cse_126 * cse_225 * cse_236 * cse_30));
-        if (V & 12) o_j[150 * MC_W + l] = (-(cse_238 * (cse_119 + cse_134)) + (p_E * cse_225 * cse_236 * d41));
-        if (V & 12) o_j[151 * MC_W + l] = (-(cse_237 * (d39 + d45)) + (p_E * cse_129 * cse_225 * cse_236 * cse_30));
-        if (V & 12) o_j[152 * MC_W + l] = (-(cse_142 * cse_241) + (p_E * cse_123 * cse_20 * cse_225 * cse_236 * cse_3 * cse_30));
-        if (V & 12) o_j[153 * MC_W + l] = (-(cse_242 * cse_4) + (p_E * cse_123 * cse_20 * cse_225 * cse_236 * cse_30 * cse_4));
-        if (V & 12) o_j[154 * MC_W + l] = (-(cse_242 * cse_5) + (p_E * cse_123 * cse_20 * cse_225 * cse_236 * cse_30 * cse_5));
-        if (V & 12) o_j[156 * MC_W + l] = (-(cse_237 * (d37 + d40)) + (p_E * cse_132 * cse_225 * cse_236 * cse_30));
-        if (V & 12) o_j[157 * MC_W + l] = (-(cse_237 * (d38 + d41)) + (p_E * cse_134 * cse_225 * cse_236 * cse_30));
-        if (V & 12) o_j[158 * MC_W + l] = (-(cse_238 * (cse_121 + cse_129)) + (p_E * cse_225 * cse_236 * d45));
-        if (V & 12) o_j[159 * MC_W + l] = (-(cse_142 * cse_243) + (p_E * cse_123 * cse_17 * cse_225 * cse_236 * cse_3 * cse_30));
-        if (V & 12) o_j[160 * MC_W + l] = (-(cse_244 * cse_4) + (p_E * cse_123 * cse_17 * cse_225 * cse_236 * cse_30 * cse_4));
-        if (V & 12) o_j[161 * MC_W + l] = (-(cse_244 * cse_5) + (p_E * cse_123 * cse_17 * cse_225 * cse_236 * cse_30 * cse_5));
-        if (V & 12) o_j[163 * MC_W + l] = (cse_232 * d46);
-        if (V & 12) o_j[164 * MC_W + l] = (cse_232 * d47);
-        if (V & 12) o_j[165 * MC_W + l] = (cse_232 * d48);
-        if (V & 12) o_j[166 * MC_W + l] = (cse_232 * d49);
-        if (V & 12) o_j[170 * MC_W + l] = (cse_232 * d52);
-        if (V & 12) o_j[171 * MC_W + l] = (cse_232 * d53);
-        if (V & 12) o_j[172 * MC_W + l] = (cse_232 * d54);
-        if (V & 12) o_j[173 * MC_W + l] = d74;
-        if (V & 12) o_j[174 * MC_W + l] = (cse_232 * d55);
-        if (V & 12) o_j[177 * MC_W + l] = (cse_232 * d57);
-        if (V & 12) o_j[178 * MC_W + l] = (cse_232 * d58);
-        if (V & 12) o_j[179 * MC_W + l] = (cse_232 * d59);
-        if (V & 12) o_j[180 * MC_W + l] = d75;
-        if (V & 12) o_j[181 * MC_W + l] = d76;
-        if (V & 12) o_j[182 * MC_W + l] = (cse_232 * d60);
-        if (V & 12) o_j[148 * MC_W + l] = (cse_232 * d61);
-        if (V & 12) o_j[155 * MC_W + l] = (cse_232 * d62);
-        if (V & 12) o_j[162 * MC_W + l] = (cse_232 * d63);
-        if (V & 12) o_j[169 * MC_W + l] = (cse_232 * d64);
-        if (V & 12) o_j[176 * MC_W + l] = (cse_232 * d65);
-        if (V & 12) o_j[183 * MC_W + l] = (cse_232 * d66);
-        const real cse_169 = (cse_30 * cse_30);
-        const real cse_170 = (cse_169 * cse_35);
-        const real cse_171 = (-(((real)2.0) * cse_170) + (cse_154 * cse_33));
-        const real cse_172 = (cse_171 * cse_26);
-        const real cse_173 = (cse_172 * cse_22);
-        const real d77 = (cse_173 * cse_3);
-        if (V & 8) o_j[196 * MC_W + l] = d77;
-        const real d78 = (cse_173 * cse_4);
-        if (V & 8) o_j[200 * MC_W + l] = d78;
-        const real d79 = (cse_173 * cse_5);
-        if (V & 8) o_j[204 * MC_W + l] = d79;
-        const real cse_177 = (cse_154 * cse_21);
-        const real cse_178 = (-(((real)4.0) * cse_177) + (((real)4.0) * cse_169 * cse_35));
-        const real cse_179 = (cse_26 * cse_26);
-        const real cse_180 = (p_E * cse_179);
-        const real cse_181 = (cse_178 * cse_180);
-        const real cse_182 = (cse_181 * cse_22);
-        const real d80 = (cse_182 * cse_3);
-        if (V & 8) o_j[197 * MC_W + l] = d80;
-        const real d81 = (cse_182 * cse_4);
-        if (V & 8) o_j[201 * MC_W + l] = d81;
-        const real d82 = (cse_182 * cse_5);
-        if (V & 8) o_j[205 * MC_W + l] = d82;
-        const real d83 = (-cse_157);
-        if (V & 8) o_j[186 * MC_W + l] = d83;
-        const real d84 = (-cse_159);
-        if (V & 8) o_j[190 * MC_W + l] = d84;
-        const real d85 = (-cse_161);
-        if (V & 8) o_j[194 * MC_W + l] = d85;
-        const real d86 = (-cse_163);
-        if (V & 8) o_j[198 * MC_W + l] = d86;
-        const real d87 = (-cse_165);
-        if (V & 8) o_j[202 * MC_W + l] = d87;
-        const real d88 = (-cse_167);
-        if (V & 8) o_j[206 * MC_W + l] = d88;
-        const real cse_192 = (((real)0.6666666666666666) * cse_170);
-        const real cse_194 = (-cse_192 - (cse_193 * old_state_internal_ep));
-        const real cse_195 = (cse_194 * cse_22);
-        const real d89 = (cse_10 * cse_195);
-        if (V & 8) o_j[187 * MC_W + l] = d89;
-        const real d90 = (cse_195 * cse_20);
-        if (V & 8) o_j[191 * MC_W + l] = d90;
-        const real d91 = (cse_17 * cse_195);
-        if (V & 8) o_j[195 * MC_W + l] = d91;
-        const real d92 = (cse_195 * cse_3);
-        if (V & 8) o_j[199 * MC_W + l] = d92;
-        const real d93 = (cse_195 * cse_4);
-        if (V & 8) o_j[203 * MC_W + l] = d93;
-        const real d94 = (cse_195 * cse_5);
-        if (V & 8) o_j[207 * MC_W + l] = d94;
-        const real cse_248 = (-p_nu * cse_218 * cse_220);
-        const real cse_249 = (cse_10 * cse_22);
-        const real cse_250 = (cse_171 * cse_27);
-        const real cse_251 = (cse_22 * cse_250);
-        const real cse_252 = (cse_225 * cse_229);
-        const real cse_253 = (cse_225 * cse_225);
-        const real cse_254 = (cse_218 * ((cse_225 * (cse_220 + (cse_24 * (cse_220 * cse_220)))) - (cse_221 * cse_253)));
-        const real cse_255 = (cse_178 * cse_179 * cse_225 * (p_E * p_E));
-        const real cse_256 = (cse_22 * cse_255);
-        const real cse_257 = (p_E * cse_229 * cse_253);
-        if (V & 8) o_j[184 * MC_W + l] = (cse_10 * cse_173);
-        if (V & 8) o_j[188 * MC_W + l] = (cse_173 * cse_20);
-        if (V & 8) o_j[192 * MC_W + l] = (cse_17 * cse_173);
-        if (V & 8) o_j[185 * MC_W + l] = (cse_10 * cse_182);
-        if (V & 8) o_j[189 * MC_W + l] = (cse_182 * cse_20);
-        if (V & 8) o_j[193 * MC_W + l] = (cse_17 * cse_182);
-        if (V & 8) o_j[208 * MC_W + l] = (((real)2.449489742783178) * cse_26 * (-cse_192 + (cse_202 * cse_21)));
-        if (V & 8) o_j[209 * MC_W + l] = (((real)2.449489742783178) * cse_180 * (-(((real)1.3333333333333333) * cse_177) + (((real)1.3333333333333333) * cse_169 * cse_35)));
-        if (V & 8) o_j[210 * MC_W + l] = (-cse_202);
-        if (V & 8) o_j[211 * MC_W + l] = (-(cse_202 * old_state_internal_ep) - (((real)0.5443310539518174) * cse_170));
-        if (V & 8) o_j[212 * MC_W + l] = (cse_172 * cse_209);
-        if (V & 8) o_j[213 * MC_W + l] = (cse_181 * cse_209);
-        if (V & 8) o_j[214 * MC_W + l] = (-cse_217);
-        if (V & 8) o_j[215 * MC_W + l] = (cse_194 * cse_209);
-        if (V & 8) o_j[216 * MC_W + l] = (cse_225 * (cse_0 - cse_248 - cse_38 - (cse_249 * cse_250)));
-        if (V & 8) o_j[220 * MC_W + l] = (cse_225 * (cse_1 - cse_248 - cse_39 - (cse_20 * cse_251)));
-        if (V & 8) o_j[224 * MC_W + l] = (cse_225 * (cse_2 - cse_248 - cse_40 - (cse_17 * cse_251)));
-        if (V & 8) o_j[228 * MC_W + l] = ((cse_232 * d77) + (cse_252 * cse_3));
-        if (V & 8) o_j[232 * MC_W + l] = ((cse_232 * d78) + (cse_252 * cse_4));
-        if (V & 8) o_j[236 * MC_W + l] = ((cse_232 * d79) + (cse_252 * cse_5));
-        if (V & 8) o_j[217 * MC_W + l] = ((p_E * (cse_254 - (cse_223 * cse_253))) - (cse_249 * cse_255));
-        if (V & 8) o_j[221 * MC_W + l] = ((p_E * (cse_254 - (cse_227 * cse_253))) - (cse_20 * cse_256));
-        if (V & 8) o_j[225 * MC_W + l] = ((p_E * (cse_254 - (cse_228 * cse_253))) - (cse_17 * cse_256));
-        if (V & 8) o_j[229 * MC_W + l] = ((cse_232 * d80) - (cse_257 * cse_3));
-        if (V & 8) o_j[233 * MC_W + l] = ((cse_232 * d81) - (cse_257 * cse_4));
-        if (V & 8) o_j[237 * MC_W + l] = ((cse_232 * d82) - (cse_257 * cse_5));
-        if (V & 8) o_j[218 * MC_W + l] = (cse_232 * d83);
-        if (V & 8) o_j[222 * MC_W + l] = (cse_232 * d84);
-        if (V & 8) o_j[226 * MC_W + l] = (cse_232 * d85);
-        if (V & 8) o_j[230 * MC_W + l] = (cse_232 * d86);
-        if (V & 8) o_j[234 * MC_W + l] = (cse_232 * d87);
-        if (V & 8) o_j[238 * MC_W + l] = (cse_232 * d88);
-        if (V & 8) o_j[219 * MC_W + l] = (-cse_226 * d89);
-        if (V & 8) o_j[223 * MC_W + l] = (-cse_226 * d90);
-        if (V & 8) o_j[227 * MC_W + l] = (-cse_226 * d91);
-        if (V & 8) o_j[231 * MC_W + l] = (cse_232 * d92);
-        if (V & 8) o_j[235 * MC_W + l] = (cse_232 * d93);
-        if (V & 8) o_j[239 * MC_W + l] = (cse_232 * d94);
+        const real dcse_236 = (cse_22 * cse_35);
+        const real dcse_237 = (-((real)0.6666666666666666) * dcse_236);
+        const real dcse_259 = (cse_35 == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (cse_21 * cse_21)));
+        const real dcse_258 = mc_sdiv(((real)1.0), cse_33);
+        const real dcse_263 = (cse_35 == 0 ? ((real)0.0) : dcse_258);
+        const real dcse_255 = (cse_35 * dcse_259 * dcse_263);
+        const real dcse_257 = (cse_34 > 0 ? 1 : 0);
+        const real dcse_256 = (dcse_257 * (dcse_257 == 0 ? ((real)0.0) : cse_22) * (dcse_257 == 0 ? ((real)0.0) : dcse_258));
+        const real dcse_264 = (-dcse_255 + (cse_28 * dcse_256));
+        const real dcse_238 = (cse_10 * dcse_264);
+        const real dcse_239 = (((real)0.3333333333333333) * dcse_236);
+        const real dcse_240 = (cse_226 * cse_30);
+        const real dcse_265 = (-(((real)2.0) * dcse_255) + (((real)4.0) * cse_27 * dcse_256));
+        const real dcse_241 = (dcse_240 * dcse_265);
+        const real dcse_242 = (cse_10 * dcse_241);
+        const real dcse_243 = (cse_20 * dcse_264);
+        const real dcse_244 = (cse_20 * dcse_241);
+        const real dcse_245 = (cse_17 * dcse_264);
+        const real dcse_246 = (cse_17 * dcse_241);
+        const real dcse_247 = (dcse_240 * dcse_264);
+        const real dcse_248 = (cse_3 * dcse_247);
+        const real dcse_249 = (cse_3 * dcse_241);
+        const real dcse_250 = (-cse_4 * dcse_249);
+        if (V & 14) o_j[22 * MC_W + l] = dcse_250;
+        if (V & 14) o_j[27 * MC_W + l] = dcse_250;
+        const real dcse_251 = (-cse_5 * dcse_249);
+        if (V & 14) o_j[23 * MC_W + l] = dcse_251;
+        if (V & 14) o_j[33 * MC_W + l] = dcse_251;
+        const real dcse_252 = (cse_4 * dcse_247);
+        const real dcse_253 = (-cse_4 * cse_5 * dcse_241);
+        if (V & 14) o_j[29 * MC_W + l] = dcse_253;
+        if (V & 14) o_j[34 * MC_W + l] = dcse_253;
+        const real dcse_254 = (cse_5 * dcse_247);
+        const real dcse_260 = (cse_15 + cse_18 - (((real)1.3333333333333333) * cse_0));
+        const real dcse_261 = (cse_15 + cse_6 - (((real)1.3333333333333333) * cse_1));
+        const real dcse_262 = (cse_18 + cse_6 - (((real)1.3333333333333333) * cse_2));
+        const real dcse_266 = (((real)1.0) + cse_221);
+        const real dcse_35 = (cse_22 * cse_35);
+        const real dcse_36 = (cse_30 * dcse_35);
+        const real dcse_37 = (((real)0.6666666666666666) * dcse_36);
+        const real dcse_204 = (cse_34 > 0 ? 1 : 0);
+        const real dcse_205 = mc_sdiv(((real)1.0), cse_33);
+        const real dcse_38 = (dcse_204 * (dcse_204 == 0 ? ((real)0.0) : cse_22) * (dcse_204 == 0 ? ((real)0.0) : dcse_205));
+        const real dcse_39 = (cse_28 * dcse_38);
+        const real dcse_40 = (cse_35 == 0 ? ((real)0.0) : dcse_205);
+        const real dcse_41 = (cse_35 == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (cse_21 * cse_21)));
+        const real dcse_42 = (dcse_39 - (cse_35 * dcse_40 * dcse_41));
+        const real dcse_43 = (-dcse_42);
+        const real dcse_44 = (cse_10 * cse_30);
+        const real dcse_45 = (dcse_43 * dcse_44);
+        const real dcse_46 = (-((real)0.3333333333333333) * dcse_36);
+        const real dcse_68 = (((real)4.0) * cse_27);
+        const real dcse_69 = (dcse_40 * dcse_41);
+        const real dcse_70 = ((dcse_38 * dcse_68) - (((real)2.0) * cse_35 * dcse_69));
+        const real dcse_47 = (dcse_44 * dcse_70);
+        const real dcse_48 = (cse_3 * dcse_47);
+        if (V & 12) o_j[39 * MC_W + l] = dcse_48;
+        const real dcse_49 = (cse_4 * dcse_47);
+        if (V & 12) o_j[40 * MC_W + l] = dcse_49;
+        const real dcse_50 = (cse_5 * dcse_47);
+        if (V & 12) o_j[41 * MC_W + l] = dcse_50;
+        const real dcse_51 = (cse_20 * cse_30);
+        const real dcse_52 = (dcse_43 * dcse_51);
+        const real dcse_53 = (dcse_51 * dcse_70);
+        const real dcse_54 = (cse_3 * dcse_53);
+        if (V & 12) o_j[52 * MC_W + l] = dcse_54;
+        const real dcse_55 = (cse_4 * dcse_53);
+        if (V & 12) o_j[53 * MC_W + l] = dcse_55;
+        const real dcse_56 = (cse_5 * dcse_53);
+        if (V & 12) o_j[54 * MC_W + l] = dcse_56;
+        const real dcse_57 = (cse_17 * cse_30);
+        const real dcse_58 = (dcse_43 * dcse_57);
+        const real dcse_59 = (dcse_57 * dcse_70);
+        const real dcse_60 = (cse_3 * dcse_59);
+        if (V & 12) o_j[65 * MC_W + l] = dcse_60;
+        const real dcse_61 = (cse_4 * dcse_59);
+        if (V & 12) o_j[66 * MC_W + l] = dcse_61;
+        const real dcse_62 = (cse_5 * dcse_59);
+        if (V & 12) o_j[67 * MC_W + l] = dcse_62;
+        const real dcse_63 = (cse_3 * cse_30);
+        const real dcse_64 = (dcse_43 * dcse_63);
+        const real dcse_203 = (cse_15 + cse_18 - (((real)1.3333333333333333) * cse_0));
+        const real dcse_65 = (dcse_203 * dcse_64);
+        if (V & 12) o_j[75 * MC_W + l] = dcse_65;
+        const real dcse_206 = (cse_15 + cse_6 - (((real)1.3333333333333333) * cse_1));
+        const real dcse_66 = (dcse_206 * dcse_64);
+        if (V & 12) o_j[76 * MC_W + l] = dcse_66;
+        const real dcse_207 = (cse_18 + cse_6 - (((real)1.3333333333333333) * cse_2));
+        const real dcse_67 = (dcse_207 * dcse_64);
+        if (V & 12) o_j[77 * MC_W + l] = dcse_67;
+        const real dcse_71 = (cse_30 * dcse_70);
+        const real dcse_72 = (cse_11 * dcse_71);
+        const real dcse_73 = (dcse_63 * dcse_70);
+        const real dcse_74 = (cse_4 * dcse_73);
+        if (V & 12) o_j[79 * MC_W + l] = dcse_74;
+        const real dcse_75 = (cse_5 * dcse_73);
+        if (V & 12) o_j[80 * MC_W + l] = dcse_75;
+        const real dcse_76 = (cse_30 * cse_4);
+        const real dcse_77 = (dcse_43 * dcse_76);
+        const real dcse_78 = (dcse_203 * dcse_77);
+        if (V & 12) o_j[88 * MC_W + l] = dcse_78;
+        const real dcse_79 = (dcse_206 * dcse_77);
+        if (V & 12) o_j[89 * MC_W + l] = dcse_79;
+        const real dcse_80 = (dcse_207 * dcse_77);
+        if (V & 12) o_j[90 * MC_W + l] = dcse_80;
+        const real dcse_81 = (cse_12 * dcse_71);
+        const real dcse_82 = (dcse_70 * dcse_76);
+        const real dcse_83 = (cse_5 * dcse_82);
+        if (V & 12) o_j[92 * MC_W + l] = dcse_83;
+        const real dcse_84 = (cse_30 * cse_5);
+        const real dcse_85 = (dcse_43 * dcse_84);
+        const real dcse_86 = (dcse_203 * dcse_85);
+        if (V & 12) o_j[99 * MC_W + l] = dcse_86;
+        const real dcse_87 = (dcse_206 * dcse_85);
+        if (V & 12) o_j[100 * MC_W + l] = dcse_87;
+        const real dcse_88 = (dcse_207 * dcse_85);
+        if (V & 12) o_j[101 * MC_W + l] = dcse_88;
+        const real dcse_89 = (cse_13 * dcse_71);
+        const real dcse_208 = (cse_10 * dcse_39);
+        const real dcse_210 = (cse_10 * dcse_69);
+        const real dcse_211 = (-((real)0.3333333333333333) * cse_22);
+        const real dcse_220 = ((cse_35 * (-dcse_211 - (dcse_206 * dcse_210))) + (dcse_206 * dcse_208));
+        const real dcse_90 = (cse_30 * dcse_220);
+        if (V & 12) o_j[43 * MC_W + l] = dcse_90;
+        const real dcse_221 = ((cse_35 * (-dcse_211 - (dcse_207 * dcse_210))) + (dcse_207 * dcse_208));
+        const real dcse_91 = (cse_30 * dcse_221);
+        if (V & 12) o_j[44 * MC_W + l] = dcse_91;
+        const real dcse_212 = (cse_20 * dcse_39);
+        const real dcse_213 = (cse_20 * dcse_69);
+        const real dcse_222 = ((cse_35 * (-dcse_211 - (dcse_203 * dcse_213))) + (dcse_203 * dcse_212));
+        const real dcse_92 = (cse_30 * dcse_222);
+        if (V & 12) o_j[55 * MC_W + l] = dcse_92;
+        const real dcse_224 = ((cse_35 * (-dcse_211 - (dcse_207 * dcse_213))) + (dcse_207 * dcse_212));
+        const real dcse_93 = (cse_30 * dcse_224);
+        if (V & 12) o_j[57 * MC_W + l] = dcse_93;
+        const real dcse_214 = (cse_17 * dcse_39);
+        const real dcse_215 = (cse_17 * dcse_69);
+        const real dcse_225 = ((cse_35 * (-dcse_211 - (dcse_203 * dcse_215))) + (dcse_203 * dcse_214));
+        const real dcse_94 = (cse_30 * dcse_225);
+        if (V & 12) o_j[68 * MC_W + l] = dcse_94;
+        const real dcse_226 = ((cse_35 * (-dcse_211 - (dcse_206 * dcse_215))) + (dcse_206 * dcse_214));
+        const real dcse_95 = (cse_30 * dcse_226);
+        if (V & 12) o_j[69 * MC_W + l] = dcse_95;
+        const real dcse_96 = (dcse_42 * dcse_63);
+        const real dcse_97 = (-cse_30 * dcse_70);
+        const real dcse_98 = (((real)1.0) - dcse_36);
+        const real dcse_99 = (-dcse_74);
+        if (V & 12) o_j[85 * MC_W + l] = dcse_99;
+        const real dcse_100 = (-dcse_75);
+        if (V & 12) o_j[86 * MC_W + l] = dcse_100;
+        const real dcse_101 = (dcse_42 * dcse_76);
+        const real dcse_102 = (-dcse_83);
+        if (V & 12) o_j[97 * MC_W + l] = dcse_102;
+        const real dcse_103 = (dcse_42 * dcse_84);
+        const real dcse_105 = (cse_30 * dcse_204);
+        const real dcse_106 = (((real)2.449489742783178) * dcse_105);
+        const real dcse_107 = (((real)0.3333333333333333) * cse_22 * dcse_106);
+        const real dcse_108 = (cse_10 * dcse_107);
+        const real dcse_109 = (p_K * dcse_108);
+        const real dcse_110 = (cse_20 * dcse_107);
+        const real dcse_111 = (p_K * dcse_110);
+        const real dcse_112 = (cse_17 * dcse_107);
+        const real dcse_113 = (p_K * dcse_112);
+        const real dcse_114 = (cse_3 * dcse_107);
+        const real dcse_115 = (p_K * dcse_114);
+        const real dcse_116 = (cse_4 * dcse_107);
+        const real dcse_117 = (p_K * dcse_116);
+        const real dcse_118 = (cse_5 * dcse_107);
+        const real dcse_119 = (p_K * dcse_118);
+        const real dcse_162 = (((real)0.3333333333333333) * dcse_106);
+        const real dcse_134 = (dcse_203 * dcse_205);
+        const real dcse_135 = (((real)0.6666666666666666) * dcse_105);
+        const real dcse_136 = (((real)2.449489742783178) * cse_27 * dcse_135);
+        const real dcse_137 = (dcse_134 * dcse_136);
+        if (V & 12) o_j[114 * MC_W + l] = dcse_137;
+        const real dcse_138 = (dcse_136 * dcse_205);
+        const real dcse_139 = (dcse_138 * dcse_206);
+        if (V & 12) o_j[115 * MC_W + l] = dcse_139;
+        const real dcse_140 = (dcse_138 * dcse_207);
+        if (V & 12) o_j[116 * MC_W + l] = dcse_140;
+        const real dcse_141 = (cse_3 * dcse_205);
+        const real dcse_142 = (((real)1.3333333333333333) * cse_27 * dcse_106);
+        const real dcse_143 = (dcse_141 * dcse_142);
+        if (V & 12) o_j[111 * MC_W + l] = dcse_143;
+        const real dcse_144 = (dcse_142 * dcse_205);
+        const real dcse_145 = (cse_4 * dcse_144);
+        if (V & 12) o_j[112 * MC_W + l] = dcse_145;
+        const real dcse_146 = (cse_5 * dcse_144);
+        if (V & 12) o_j[113 * MC_W + l] = dcse_146;
+        const real dcse_231 = mc_sdiv(((real)1.0), cse_41);
+        const real dcse_151 = (dcse_105 * dcse_231);
+        const real dcse_152 = (cse_28 * dcse_151);
+        const real dcse_153 = (dcse_134 * dcse_152);
+        if (V & 12) o_j[128 * MC_W + l] = dcse_153;
+        const real dcse_154 = (dcse_152 * dcse_205);
+        const real dcse_155 = (dcse_154 * dcse_206);
+        if (V & 12) o_j[129 * MC_W + l] = dcse_155;
+        const real dcse_156 = (dcse_154 * dcse_207);
+        if (V & 12) o_j[130 * MC_W + l] = dcse_156;
+        const real dcse_157 = (dcse_151 * dcse_68);
+        const real dcse_158 = (dcse_141 * dcse_157);
+        if (V & 12) o_j[124 * MC_W + l] = dcse_158;
+        const real dcse_159 = (dcse_157 * dcse_205);
+        const real dcse_160 = (cse_4 * dcse_159);
+        if (V & 12) o_j[125 * MC_W + l] = dcse_160;
+        const real dcse_161 = (cse_5 * dcse_159);
+        if (V & 12) o_j[126 * MC_W + l] = dcse_161;
+        const real dcse_163 = (dcse_162 * dcse_231);
+        const real dcse_216 = (((real)1.0) + cse_221);
+        const real dcse_181 = (p_E * cse_225 * dcse_216);
+        const real dcse_182 = (cse_221 * cse_226);
+        const real dcse_183 = ((cse_10 * dcse_181) + (cse_9 * dcse_182));
+        const real dcse_184 = (dcse_70 * dcse_84);
+        const real dcse_185 = ((cse_19 * dcse_182) + (cse_20 * dcse_181));
+        const real dcse_186 = ((cse_16 * dcse_182) + (cse_17 * dcse_181));
+        const real dcse_187 = (cse_226 * (-((real)1.0) + dcse_36));
+        const real dcse_188 = (cse_226 * dcse_74);
+        if (V & 12) o_j[161 * MC_W + l] = dcse_188;
+        const real dcse_189 = (cse_226 * dcse_75);
+        if (V & 12) o_j[162 * MC_W + l] = dcse_189;
+        const real dcse_190 = (cse_226 * dcse_83);
+        if (V & 12) o_j[168 * MC_W + l] = dcse_190;
+        const real dcse_209 = (((real)0.6666666666666666) * cse_22);
+        const real dcse_219 = (((real)1.0) + (cse_30 * ((cse_35 * (-dcse_209 - (dcse_203 * dcse_210))) + (dcse_203 * dcse_208))));
+        if (V & 12) o_j[42 * MC_W + l] = dcse_219;
+        const real dcse_223 = (((real)1.0) + (cse_30 * ((cse_35 * (-dcse_209 - (dcse_206 * dcse_213))) + (dcse_206 * dcse_212))));
+        if (V & 12) o_j[56 * MC_W + l] = dcse_223;
+        const real dcse_227 = (((real)1.0) + (cse_30 * ((cse_35 * (-dcse_209 - (dcse_207 * dcse_215))) + (dcse_207 * dcse_214))));
+        if (V & 12) o_j[70 * MC_W + l] = dcse_227;
+        const real dcse_232 = mc_sdiv(cse_36, (cse_41 * cse_41));
+        if (V & 12) o_j[135 * MC_W + l] = dcse_232;
+        const real dcse_147 = (cse_30 * cse_30);
+        const real dcse_148 = (cse_35 * dcse_147);
+        const real dcse_228 = (-(((real)2.0) * dcse_148) + (cse_30 * cse_33 * dcse_204));
+        const real dcse_120 = (cse_26 * dcse_228);
+        const real dcse_121 = (cse_22 * dcse_120);
+        const real dcse_122 = (cse_26 * cse_26);
+        const real dcse_123 = (p_E * dcse_122);
+        const real dcse_150 = (cse_21 * dcse_105);
+        const real dcse_229 = (-(((real)4.0) * dcse_150) + (((real)4.0) * cse_35 * dcse_147));
+        const real dcse_124 = (dcse_123 * dcse_229);
+        const real dcse_125 = (cse_10 * cse_22);
+        const real dcse_126 = (cse_22 * dcse_124);
+        const real dcse_149 = (((real)0.6666666666666666) * dcse_148);
+        const real dcse_230 = (-dcse_149 - (dcse_162 * old_state_internal_ep));
+        const real dcse_127 = (cse_22 * dcse_230);
+        const real dcse_128 = (cse_10 * dcse_127);
+        if (V & 8) o_j[178 * MC_W + l] = dcse_128;
+        const real dcse_129 = (cse_20 * dcse_127);
+        if (V & 8) o_j[182 * MC_W + l] = dcse_129;
+        const real dcse_130 = (cse_17 * dcse_127);
+        if (V & 8) o_j[186 * MC_W + l] = dcse_130;
+        const real dcse_131 = (cse_3 * dcse_127);
+        if (V & 8) o_j[190 * MC_W + l] = dcse_131;
+        const real dcse_132 = (cse_4 * dcse_127);
+        if (V & 8) o_j[194 * MC_W + l] = dcse_132;
+        const real dcse_133 = (cse_5 * dcse_127);
+        if (V & 8) o_j[198 * MC_W + l] = dcse_133;
+        const real dcse_191 = (p_nu * cse_218 * cse_220);
+        const real dcse_192 = (cse_27 * dcse_228);
+        const real dcse_193 = (cse_22 * dcse_192);
+        const real dcse_194 = ((cse_225 * cse_229) - (cse_226 * dcse_121));
+        const real dcse_195 = (cse_225 * cse_225);
+        const real dcse_196 = (p_E * dcse_195);
+        const real dcse_197 = (dcse_122 * dcse_229);
+        const real dcse_198 = (cse_225 * (p_E * p_E));
+        const real dcse_199 = (-cse_218 * (-(cse_221 * dcse_196) + (p_E * cse_225 * (cse_220 + (cse_24 * (cse_220 * cse_220))))));
+        const real dcse_200 = (cse_22 * dcse_197);
+        const real dcse_201 = (dcse_198 * dcse_200);
+        const real dcse_202 = (p_E * (-(cse_226 * dcse_200) - (cse_229 * dcse_195)));
+        if (V & 14) o_j[0 * MC_W + l] = (cse_226 * (dcse_266 + (cse_30 * (dcse_237 + (dcse_238 * dcse_260)))));
+        if (V & 14) o_j[1 * MC_W + l] = (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_238 * dcse_261)))));
+        if (V & 14) o_j[2 * MC_W + l] = (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_238 * dcse_262)))));
+        if (V & 14) o_j[3 * MC_W + l] = (-cse_3 * dcse_242);
+        if (V & 14) o_j[4 * MC_W + l] = (-cse_4 * dcse_242);
+        if (V & 14) o_j[5 * MC_W + l] = (-cse_5 * dcse_242);
+        if (V & 14) o_j[6 * MC_W + l] = (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_243 * dcse_260)))));
+        if (V & 14) o_j[7 * MC_W + l] = (cse_226 * (dcse_266 + (cse_30 * (dcse_237 + (dcse_243 * dcse_261)))));
+        if (V & 14) o_j[8 * MC_W + l] = (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_243 * dcse_262)))));
+        if (V & 14) o_j[9 * MC_W + l] = (-cse_3 * dcse_244);
+        if (V & 14) o_j[10 * MC_W + l] = (-cse_4 * dcse_244);
+        if (V & 14) o_j[11 * MC_W + l] = (-cse_5 * dcse_244);
+        if (V & 14) o_j[12 * MC_W + l] = (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_245 * dcse_260)))));
+        if (V & 14) o_j[13 * MC_W + l] = (cse_226 * (cse_221 + (cse_30 * (dcse_239 + (dcse_245 * dcse_261)))));
+        if (V & 14) o_j[14 * MC_W + l] = (cse_226 * (dcse_266 + (cse_30 * (dcse_237 + (dcse_245 * dcse_262)))));
+        if (V & 14) o_j[15 * MC_W + l] = (-cse_3 * dcse_246);
+        if (V & 14) o_j[16 * MC_W + l] = (-cse_4 * dcse_246);
+        if (V & 14) o_j[17 * MC_W + l] = (-cse_5 * dcse_246);
+        if (V & 14) o_j[18 * MC_W + l] = (dcse_248 * dcse_260);
+        if (V & 14) o_j[19 * MC_W + l] = (dcse_248 * dcse_261);
+        if (V & 14) o_j[20 * MC_W + l] = (dcse_248 * dcse_262);
+        if (V & 14) o_j[21 * MC_W + l] = (cse_226 * (((real)1.0) + (cse_30 * (-dcse_236 - (cse_11 * dcse_265)))));
+        if (V & 14) o_j[24 * MC_W + l] = (dcse_252 * dcse_260);
+        if (V & 14) o_j[25 * MC_W + l] = (dcse_252 * dcse_261);
+        if (V & 14) o_j[26 * MC_W + l] = (dcse_252 * dcse_262);
+        if (V & 14) o_j[28 * MC_W + l] = (cse_226 * (((real)1.0) + (cse_30 * (-dcse_236 - (cse_12 * dcse_265)))));
+        if (V & 14) o_j[30 * MC_W + l] = (dcse_254 * dcse_260);
+        if (V & 14) o_j[31 * MC_W + l] = (dcse_254 * dcse_261);
+        if (V & 14) o_j[32 * MC_W + l] = (dcse_254 * dcse_262);
+        if (V & 14) o_j[35 * MC_W + l] = (cse_226 * (((real)1.0) + (cse_30 * (-dcse_236 - (cse_13 * dcse_265)))));
+        if (V & 12) o_j[36 * MC_W + l] = (dcse_37 + (dcse_203 * dcse_45));
+        if (V & 12) o_j[37 * MC_W + l] = (dcse_46 + (dcse_206 * dcse_45));
+        if (V & 12) o_j[38 * MC_W + l] = (dcse_46 + (dcse_207 * dcse_45));
+        if (V & 12) o_j[45 * MC_W + l] = (-dcse_48);
+        if (V & 12) o_j[46 * MC_W + l] = (-dcse_49);
+        if (V & 12) o_j[47 * MC_W + l] = (-dcse_50);
+        if (V & 12) o_j[48 * MC_W + l] = (-dcse_109);
+        if (V & 12) o_j[49 * MC_W + l] = (dcse_46 + (dcse_203 * dcse_52));
+        if (V & 12) o_j[50 * MC_W + l] = (dcse_37 + (dcse_206 * dcse_52));
+        if (V & 12) o_j[51 * MC_W + l] = (dcse_46 + (dcse_207 * dcse_52));
+        if (V & 12) o_j[58 * MC_W + l] = (-dcse_54);
+        if (V & 12) o_j[59 * MC_W + l] = (-dcse_55);
+        if (V & 12) o_j[60 * MC_W + l] = (-dcse_56);
+        if (V & 12) o_j[61 * MC_W + l] = (-dcse_111);
+        if (V & 12) o_j[62 * MC_W + l] = (dcse_46 + (dcse_203 * dcse_58));
+        if (V & 12) o_j[63 * MC_W + l] = (dcse_46 + (dcse_206 * dcse_58));
+        if (V & 12) o_j[64 * MC_W + l] = (dcse_37 + (dcse_207 * dcse_58));
+        if (V & 12) o_j[71 * MC_W + l] = (-dcse_60);
+        if (V & 12) o_j[72 * MC_W + l] = (-dcse_61);
+        if (V & 12) o_j[73 * MC_W + l] = (-dcse_62);
+        if (V & 12) o_j[74 * MC_W + l] = (-dcse_113);
+        if (V & 12) o_j[78 * MC_W + l] = (dcse_36 + dcse_72);
+        if (V & 12) o_j[81 * MC_W + l] = (dcse_203 * dcse_96);
+        if (V & 12) o_j[82 * MC_W + l] = (dcse_206 * dcse_96);
+        if (V & 12) o_j[83 * MC_W + l] = (dcse_207 * dcse_96);
+        if (V & 12) o_j[84 * MC_W + l] = (dcse_98 + (cse_11 * dcse_97));
+        if (V & 12) o_j[87 * MC_W + l] = (-dcse_115);
+        if (V & 12) o_j[91 * MC_W + l] = (dcse_36 + dcse_81);
+        if (V & 12) o_j[93 * MC_W + l] = (dcse_101 * dcse_203);
+        if (V & 12) o_j[94 * MC_W + l] = (dcse_101 * dcse_206);
+        if (V & 12) o_j[95 * MC_W + l] = (dcse_101 * dcse_207);
+        if (V & 12) o_j[96 * MC_W + l] = (dcse_98 + (cse_12 * dcse_97));
+        if (V & 12) o_j[98 * MC_W + l] = (-dcse_117);
+        if (V & 12) o_j[102 * MC_W + l] = (dcse_36 + dcse_89);
+        if (V & 12) o_j[103 * MC_W + l] = (dcse_103 * dcse_203);
+        if (V & 12) o_j[104 * MC_W + l] = (dcse_103 * dcse_206);
+        if (V & 12) o_j[105 * MC_W + l] = (dcse_103 * dcse_207);
+        if (V & 12) o_j[106 * MC_W + l] = (dcse_98 + (cse_13 * dcse_97));
+        if (V & 12) o_j[107 * MC_W + l] = (-dcse_119);
+        if (V & 12) o_j[108 * MC_W + l] = (-dcse_137);
+        if (V & 12) o_j[109 * MC_W + l] = (-dcse_139);
+        if (V & 12) o_j[110 * MC_W + l] = (-dcse_140);
+        if (V & 12) o_j[117 * MC_W + l] = (-dcse_143);
+        if (V & 12) o_j[118 * MC_W + l] = (-dcse_145);
+        if (V & 12) o_j[119 * MC_W + l] = (-dcse_146);
+        if (V & 12) o_j[120 * MC_W + l] = (((real)1.0) - (cse_23 * dcse_105));
+        if (V & 12) o_j[121 * MC_W + l] = (-dcse_153);
+        if (V & 12) o_j[122 * MC_W + l] = (-dcse_155);
+        if (V & 12) o_j[123 * MC_W + l] = (-dcse_156);
+        if (V & 12) o_j[127 * MC_W + l] = (-dcse_232);
+        if (V & 12) o_j[131 * MC_W + l] = (-dcse_158);
+        if (V & 12) o_j[132 * MC_W + l] = (-dcse_160);
+        if (V & 12) o_j[133 * MC_W + l] = (-dcse_161);
+        if (V & 12) o_j[134 * MC_W + l] = (-p_K * dcse_163);
+        if (V & 12) o_j[136 * MC_W + l] = (-(dcse_181 * dcse_219) + (cse_221 * cse_226 * cse_30 * (-dcse_222 - dcse_225)));
+        if (V & 12) o_j[137 * MC_W + l] = (-(dcse_181 * dcse_90) + (cse_221 * cse_226 * (-dcse_223 - dcse_95)));
+        if (V & 12) o_j[138 * MC_W + l] = (-(dcse_181 * dcse_91) + (cse_221 * cse_226 * (-dcse_227 - dcse_93)));
+        if (V & 12) o_j[139 * MC_W + l] = (dcse_183 * dcse_73);
+        if (V & 12) o_j[140 * MC_W + l] = (dcse_183 * dcse_82);
+        if (V & 12) o_j[141 * MC_W + l] = (dcse_183 * dcse_184);
+        if (V & 12) o_j[142 * MC_W + l] = (cse_226 * dcse_109);
+        if (V & 12) o_j[143 * MC_W + l] = (-(dcse_181 * dcse_92) + (cse_221 * cse_226 * (-dcse_219 - dcse_94)));
+        if (V & 12) o_j[144 * MC_W + l] = (-(dcse_181 * dcse_223) + (cse_221 * cse_226 * cse_30 * (-dcse_220 - dcse_226)));
+        if (V & 12) o_j[145 * MC_W + l] = (-(dcse_181 * dcse_93) + (cse_221 * cse_226 * (-dcse_227 - dcse_91)));
+        if (V & 12) o_j[146 * MC_W + l] = (dcse_185 * dcse_73);
+        if (V & 12) o_j[147 * MC_W + l] = (dcse_185 * dcse_82);
+        if (V & 12) o_j[148 * MC_W + l] = (dcse_184 * dcse_185);
+        if (V & 12) o_j[149 * MC_W + l] = (cse_226 * dcse_111);
+        if (V & 12) o_j[150 * MC_W + l] = (-(dcse_181 * dcse_94) + (cse_221 * cse_226 * (-dcse_219 - dcse_92)));
+        if (V & 12) o_j[151 * MC_W + l] = (-(dcse_181 * dcse_95) + (cse_221 * cse_226 * (-dcse_223 - dcse_90)));
+        if (V & 12) o_j[152 * MC_W + l] = (-(dcse_181 * dcse_227) + (cse_221 * cse_226 * cse_30 * (-dcse_221 - dcse_224)));
+        if (V & 12) o_j[153 * MC_W + l] = (dcse_186 * dcse_73);
+        if (V & 12) o_j[154 * MC_W + l] = (dcse_186 * dcse_82);
+        if (V & 12) o_j[155 * MC_W + l] = (dcse_184 * dcse_186);
+        if (V & 12) o_j[156 * MC_W + l] = (cse_226 * dcse_113);
+        if (V & 12) o_j[157 * MC_W + l] = (cse_226 * dcse_65);
+        if (V & 12) o_j[158 * MC_W + l] = (cse_226 * dcse_66);
+        if (V & 12) o_j[159 * MC_W + l] = (cse_226 * dcse_67);
+        if (V & 12) o_j[160 * MC_W + l] = (dcse_187 + (cse_226 * dcse_72));
+        if (V & 12) o_j[163 * MC_W + l] = (cse_226 * dcse_115);
+        if (V & 12) o_j[164 * MC_W + l] = (cse_226 * dcse_78);
+        if (V & 12) o_j[165 * MC_W + l] = (cse_226 * dcse_79);
+        if (V & 12) o_j[166 * MC_W + l] = (cse_226 * dcse_80);
+        if (V & 12) o_j[167 * MC_W + l] = (dcse_187 + (cse_226 * dcse_81));
+        if (V & 12) o_j[169 * MC_W + l] = (cse_226 * dcse_117);
+        if (V & 12) o_j[170 * MC_W + l] = (cse_226 * dcse_86);
+        if (V & 12) o_j[171 * MC_W + l] = (cse_226 * dcse_87);
+        if (V & 12) o_j[172 * MC_W + l] = (cse_226 * dcse_88);
+        if (V & 12) o_j[173 * MC_W + l] = (dcse_187 + (cse_226 * dcse_89));
+        if (V & 12) o_j[174 * MC_W + l] = (cse_226 * dcse_119);
+        if (V & 8) o_j[175 * MC_W + l] = (cse_10 * dcse_121);
+        if (V & 8) o_j[176 * MC_W + l] = (dcse_124 * dcse_125);
+        if (V & 8) o_j[177 * MC_W + l] = (-dcse_108);
+        if (V & 8) o_j[179 * MC_W + l] = (cse_20 * dcse_121);
+        if (V & 8) o_j[180 * MC_W + l] = (cse_20 * dcse_126);
+        if (V & 8) o_j[181 * MC_W + l] = (-dcse_110);
+        if (V & 8) o_j[183 * MC_W + l] = (cse_17 * dcse_121);
+        if (V & 8) o_j[184 * MC_W + l] = (cse_17 * dcse_126);
+        if (V & 8) o_j[185 * MC_W + l] = (-dcse_112);
+        if (V & 8) o_j[187 * MC_W + l] = (cse_3 * dcse_121);
+        if (V & 8) o_j[188 * MC_W + l] = (cse_3 * dcse_126);
+        if (V & 8) o_j[189 * MC_W + l] = (-dcse_114);
+        if (V & 8) o_j[191 * MC_W + l] = (cse_4 * dcse_121);
+        if (V & 8) o_j[192 * MC_W + l] = (cse_4 * dcse_126);
+        if (V & 8) o_j[193 * MC_W + l] = (-dcse_116);
+        if (V & 8) o_j[195 * MC_W + l] = (cse_5 * dcse_121);
+        if (V & 8) o_j[196 * MC_W + l] = (cse_5 * dcse_126);
+        if (V & 8) o_j[197 * MC_W + l] = (-dcse_118);
+        if (V & 8) o_j[199 * MC_W + l] = (((real)2.449489742783178) * cse_26 * (-dcse_149 + (cse_21 * dcse_135)));
+        if (V & 8) o_j[200 * MC_W + l] = (((real)2.449489742783178) * dcse_123 * (-(((real)1.3333333333333333) * dcse_150) + (((real)1.3333333333333333) * cse_35 * dcse_147)));
+        if (V & 8) o_j[201 * MC_W + l] = (-dcse_135);
+        if (V & 8) o_j[202 * MC_W + l] = (-(dcse_135 * old_state_internal_ep) - (((real)0.5443310539518174) * dcse_148));
+        if (V & 8) o_j[203 * MC_W + l] = (dcse_120 * dcse_231);
+        if (V & 8) o_j[204 * MC_W + l] = (dcse_124 * dcse_231);
+        if (V & 8) o_j[205 * MC_W + l] = (-dcse_163);
+        if (V & 8) o_j[206 * MC_W + l] = (dcse_230 * dcse_231);
+        if (V & 8) o_j[207 * MC_W + l] = (cse_225 * (cse_0 + dcse_191 - cse_38 - (dcse_125 * dcse_192)));
+        if (V & 8) o_j[208 * MC_W + l] = (-dcse_199 - (cse_223 * dcse_196) - (dcse_125 * dcse_197 * dcse_198));
+        if (V & 8) o_j[209 * MC_W + l] = (cse_226 * dcse_108);
+        if (V & 8) o_j[210 * MC_W + l] = (-cse_226 * dcse_128);
+        if (V & 8) o_j[211 * MC_W + l] = (cse_225 * (cse_1 + dcse_191 - cse_39 - (cse_20 * dcse_193)));
+        if (V & 8) o_j[212 * MC_W + l] = (-dcse_199 - (cse_20 * dcse_201) - (cse_227 * dcse_196));
+        if (V & 8) o_j[213 * MC_W + l] = (cse_226 * dcse_110);
+        if (V & 8) o_j[214 * MC_W + l] = (-cse_226 * dcse_129);
+        if (V & 8) o_j[215 * MC_W + l] = (cse_225 * (cse_2 + dcse_191 - cse_40 - (cse_17 * dcse_193)));
+        if (V & 8) o_j[216 * MC_W + l] = (-dcse_199 - (cse_17 * dcse_201) - (cse_228 * dcse_196));
+        if (V & 8) o_j[217 * MC_W + l] = (cse_226 * dcse_112);
+        if (V & 8) o_j[218 * MC_W + l] = (-cse_226 * dcse_130);
+        if (V & 8) o_j[219 * MC_W + l] = (cse_3 * dcse_194);
+        if (V & 8) o_j[220 * MC_W + l] = (cse_3 * dcse_202);
+        if (V & 8) o_j[221 * MC_W + l] = (cse_226 * dcse_114);
+        if (V & 8) o_j[222 * MC_W + l] = (-cse_226 * dcse_131);
+        if (V & 8) o_j[223 * MC_W + l] = (cse_4 * dcse_194);
+        if (V & 8) o_j[224 * MC_W + l] = (cse_4 * dcse_202);
+        if (V & 8) o_j[225 * MC_W + l] = (cse_226 * dcse_116);
+        if (V & 8) o_j[226 * MC_W + l] = (-cse_226 * dcse_132);
+        if (V & 8) o_j[227 * MC_W + l] = (cse_5 * dcse_194);
+        if (V & 8) o_j[228 * MC_W + l] = (cse_5 * dcse_202);
+        if (V & 8) o_j[229 * MC_W + l] = (cse_226 * dcse_118);
+        if (V & 8) o_j[230 * MC_W + l] = (-cse_226 * dcse_133);
     }
     static const int16_t jt1[240][3] = {
         {36, 0, 0}, {37, 0, 1}, {38, 0, 2}, {39, 0, 3}, {40, 0, 4}, {41, 0, 5}, {42, 0, 7}, {43, 0, 8},
@@ -1951,36 +1760,36 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         {60, 1, 12}, {61, 1, 13}, {62, 2, 0}, {63, 2, 1}, {64, 2, 2}, {65, 2, 3}, {66, 2, 4}, {67, 2, 5},
         {68, 2, 7}, {69, 2, 8}, {70, 2, 9}, {71, 2, 10}, {72, 2, 11}, {73, 2, 12}, {74, 2, 13}, {75, 3, 0},
         {76, 3, 1}, {77, 3, 2}, {78, 3, 3}, {79, 3, 4}, {80, 3, 5}, {81, 3, 7}, {82, 3, 8}, {83, 3, 9},
-        {84, 3, 10}, {85, 3, 11}, {86, 3, 12}, {87, 3, 13}, {88, 4, 0}, {89, 4, 1}, {90, 4, 2}, {91, 4, 3},
-        {92, 4, 4}, {93, 4, 5}, {94, 4, 7}, {95, 4, 8}, {96, 4, 9}, {97, 4, 10}, {98, 4, 11}, {99, 4, 12},
-        {100, 4, 13}, {101, 5, 0}, {102, 5, 1}, {103, 5, 2}, {104, 5, 3}, {105, 5, 4}, {106, 5, 5}, {107, 5, 7},
-        {108, 5, 8}, {109, 5, 9}, {110, 5, 10}, {111, 5, 11}, {112, 5, 12}, {113, 5, 13}, {114, 6, 0}, {115, 6, 1},
-        {116, 6, 2}, {117, 6, 3}, {118, 6, 4}, {119, 6, 5}, {120, 6, 7}, {121, 6, 8}, {122, 6, 9}, {123, 6, 10},
-        {124, 6, 11}, {125, 6, 12}, {126, 6, 13}, {127, 7, 0}, {128, 7, 1}, {129, 7, 2}, {130, 7, 3}, {131, 7, 4},
-        {132, 7, 5}, {133, 7, 6}, {134, 7, 7}, {135, 7, 8}, {136, 7, 9}, {137, 7, 10}, {138, 7, 11}, {139, 7, 12},
-        {140, 7, 13}, {141, 7, 14}, {0, 8, 0}, {1, 8, 1}, {2, 8, 2}, {3, 8, 3}, {4, 8, 4}, {5, 8, 5},
-        {142, 8, 7}, {143, 8, 8}, {144, 8, 9}, {145, 8, 10}, {146, 8, 11}, {147, 8, 12}, {148, 8, 13}, {6, 9, 0},
-        {7, 9, 1}, {8, 9, 2}, {9, 9, 3}, {10, 9, 4}, {11, 9, 5}, {149, 9, 7}, {150, 9, 8}, {151, 9, 9},
-        {152, 9, 10}, {153, 9, 11}, {154, 9, 12}, {155, 9, 13}, {12, 10, 0}, {13, 10, 1}, {14, 10, 2}, {15, 10, 3},
-        {16, 10, 4}, {17, 10, 5}, {156, 10, 7}, {157, 10, 8}, {158, 10, 9}, {159, 10, 10}, {160, 10, 11}, {161, 10, 12},
-        {162, 10, 13}, {18, 11, 0}, {19, 11, 1}, {20, 11, 2}, {21, 11, 3}, {22, 11, 4}, {23, 11, 5}, {163, 11, 7},
-        {164, 11, 8}, {165, 11, 9}, {166, 11, 10}, {167, 11, 11}, {168, 11, 12}, {169, 11, 13}, {24, 12, 0}, {25, 12, 1},
-        {26, 12, 2}, {27, 12, 3}, {28, 12, 4}, {29, 12, 5}, {170, 12, 7}, {171, 12, 8}, {172, 12, 9}, {173, 12, 10},
-        {174, 12, 11}, {175, 12, 12}, {176, 12, 13}, {30, 13, 0}, {31, 13, 1}, {32, 13, 2}, {33, 13, 3}, {34, 13, 4},
-        {35, 13, 5}, {177, 13, 7}, {178, 13, 8}, {179, 13, 9}, {180, 13, 10}, {181, 13, 11}, {182, 13, 12}, {183, 13, 13},
-        {184, 0, 15}, {185, 0, 16}, {186, 0, 17}, {187, 0, 18}, {188, 1, 15}, {189, 1, 16}, {190, 1, 17}, {191, 1, 18},
-        {192, 2, 15}, {193, 2, 16}, {194, 2, 17}, {195, 2, 18}, {196, 3, 15}, {197, 3, 16}, {198, 3, 17}, {199, 3, 18},
-        {200, 4, 15}, {201, 4, 16}, {202, 4, 17}, {203, 4, 18}, {204, 5, 15}, {205, 5, 16}, {206, 5, 17}, {207, 5, 18},
-        {208, 6, 15}, {209, 6, 16}, {210, 6, 17}, {211, 6, 18}, {212, 7, 15}, {213, 7, 16}, {214, 7, 17}, {215, 7, 18},
-        {216, 8, 15}, {217, 8, 16}, {218, 8, 17}, {219, 8, 18}, {220, 9, 15}, {221, 9, 16}, {222, 9, 17}, {223, 9, 18},
-        {224, 10, 15}, {225, 10, 16}, {226, 10, 17}, {227, 10, 18}, {228, 11, 15}, {229, 11, 16}, {230, 11, 17}, {231, 11, 18},
-        {232, 12, 15}, {233, 12, 16}, {234, 12, 17}, {235, 12, 18}, {236, 13, 15}, {237, 13, 16}, {238, 13, 17}, {239, 13, 18},
+        {84, 3, 10}, {85, 3, 11}, {86, 3, 12}, {87, 3, 13}, {88, 4, 0}, {89, 4, 1}, {90, 4, 2}, {79, 4, 3},
+        {91, 4, 4}, {92, 4, 5}, {93, 4, 7}, {94, 4, 8}, {95, 4, 9}, {85, 4, 10}, {96, 4, 11}, {97, 4, 12},
+        {98, 4, 13}, {99, 5, 0}, {100, 5, 1}, {101, 5, 2}, {80, 5, 3}, {92, 5, 4}, {102, 5, 5}, {103, 5, 7},
+        {104, 5, 8}, {105, 5, 9}, {86, 5, 10}, {97, 5, 11}, {106, 5, 12}, {107, 5, 13}, {108, 6, 0}, {109, 6, 1},
+        {110, 6, 2}, {111, 6, 3}, {112, 6, 4}, {113, 6, 5}, {114, 6, 7}, {115, 6, 8}, {116, 6, 9}, {117, 6, 10},
+        {118, 6, 11}, {119, 6, 12}, {120, 6, 13}, {121, 7, 0}, {122, 7, 1}, {123, 7, 2}, {124, 7, 3}, {125, 7, 4},
+        {126, 7, 5}, {127, 7, 6}, {128, 7, 7}, {129, 7, 8}, {130, 7, 9}, {131, 7, 10}, {132, 7, 11}, {133, 7, 12},
+        {134, 7, 13}, {135, 7, 14}, {0, 8, 0}, {1, 8, 1}, {2, 8, 2}, {3, 8, 3}, {4, 8, 4}, {5, 8, 5},
+        {136, 8, 7}, {137, 8, 8}, {138, 8, 9}, {139, 8, 10}, {140, 8, 11}, {141, 8, 12}, {142, 8, 13}, {6, 9, 0},
+        {7, 9, 1}, {8, 9, 2}, {9, 9, 3}, {10, 9, 4}, {11, 9, 5}, {143, 9, 7}, {144, 9, 8}, {145, 9, 9},
+        {146, 9, 10}, {147, 9, 11}, {148, 9, 12}, {149, 9, 13}, {12, 10, 0}, {13, 10, 1}, {14, 10, 2}, {15, 10, 3},
+        {16, 10, 4}, {17, 10, 5}, {150, 10, 7}, {151, 10, 8}, {152, 10, 9}, {153, 10, 10}, {154, 10, 11}, {155, 10, 12},
+        {156, 10, 13}, {18, 11, 0}, {19, 11, 1}, {20, 11, 2}, {21, 11, 3}, {22, 11, 4}, {23, 11, 5}, {157, 11, 7},
+        {158, 11, 8}, {159, 11, 9}, {160, 11, 10}, {161, 11, 11}, {162, 11, 12}, {163, 11, 13}, {24, 12, 0}, {25, 12, 1},
+        {26, 12, 2}, {22, 12, 3}, {28, 12, 4}, {29, 12, 5}, {164, 12, 7}, {165, 12, 8}, {166, 12, 9}, {161, 12, 10},
+        {167, 12, 11}, {168, 12, 12}, {169, 12, 13}, {30, 13, 0}, {31, 13, 1}, {32, 13, 2}, {23, 13, 3}, {29, 13, 4},
+        {35, 13, 5}, {170, 13, 7}, {171, 13, 8}, {172, 13, 9}, {162, 13, 10}, {168, 13, 11}, {173, 13, 12}, {174, 13, 13},
+        {175, 0, 15}, {176, 0, 16}, {177, 0, 17}, {178, 0, 18}, {179, 1, 15}, {180, 1, 16}, {181, 1, 17}, {182, 1, 18},
+        {183, 2, 15}, {184, 2, 16}, {185, 2, 17}, {186, 2, 18}, {187, 3, 15}, {188, 3, 16}, {189, 3, 17}, {190, 3, 18},
+        {191, 4, 15}, {192, 4, 16}, {193, 4, 17}, {194, 4, 18}, {195, 5, 15}, {196, 5, 16}, {197, 5, 17}, {198, 5, 18},
+        {199, 6, 15}, {200, 6, 16}, {201, 6, 17}, {202, 6, 18}, {203, 7, 15}, {204, 7, 16}, {205, 7, 17}, {206, 7, 18},
+        {207, 8, 15}, {208, 8, 16}, {209, 8, 17}, {210, 8, 18}, {211, 9, 15}, {212, 9, 16}, {213, 9, 17}, {214, 9, 18},
+        {215, 10, 15}, {216, 10, 16}, {217, 10, 17}, {218, 10, 18}, {219, 11, 15}, {220, 11, 16}, {221, 11, 17}, {222, 11, 18},
+        {223, 12, 15}, {224, 12, 16}, {225, 12, 17}, {226, 12, 18}, {227, 13, 15}, {228, 13, 16}, {229, 13, 17}, {230, 13, 18},
     };
     int mc_bad = 0;
     MC_LANES mc_bad |= mc_z[l] != mc_z[l];
     if (mc_bad) {
         for (int k = 0; k < 14 * MC_W; ++k) o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];
-        for (int k = 0; k < (V == 2 ? 36 : V == 4 ? 184 : V == 8 ? 240 : 0) * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
+        for (int k = 0; k < (V == 2 ? 36 : V == 4 ? 175 : V == 8 ? 231 : 0) * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
     }
     mc_store(a->y + i0 * a->ys, a->ys, o_y, 14, nl, a->flags & MC_STREAM);
     if (V == 2) mc_store(a->j + i0 * a->js, a->js, o_j, 36, nl, a->flags & MC_STREAM);

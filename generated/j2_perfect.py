@@ -130,291 +130,156 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     state_S_4 = (cse_188 * cse_198)
     state_S_5 = (cse_188 * cse_199)
     if V & 14:  # tangent, jacobian, total
-        cse_39 = (cse_19 * cse_23 * cse_28)
-        cse_40 = (0.3333333333333333 * cse_39)
-        cse_41 = _heaviside(cse_26)
-        cse_42 = (cse_14 + cse_16 - (1.3333333333333333 * cse_0))
-        cse_43 = (-cse_42)
-        cse_44 = (cse_41 * cse_43)
-        cse_45 = _sdiv(1.0, cse_24)
-        cse_46 = torch.where(cse_41 == 0.0, 0.0, cse_45)
-        cse_47 = torch.where(cse_41 == 0.0, 0.0, cse_19)
-        cse_48 = (cse_46 * cse_47)
-        cse_49 = (cse_48 * cse_9)
-        cse_50 = (torch.where(cse_27 == 0.0, 0.0, cse_45) * torch.where(cse_27 == 0.0, 0.0, _sdiv(1.0, (cse_18 * cse_18))))
-        cse_51 = (cse_30 * cse_50)
-        cse_52 = (cse_51 * cse_9)
-        d1 = (cse_40 + (cse_44 * cse_49) - (cse_43 * cse_52))
-        cse_54 = (0.16666666666666666 * cse_39)
-        cse_55 = (cse_14 + cse_6 - (1.3333333333333333 * cse_1))
-        cse_56 = (-cse_55)
-        d2 = (-cse_54 - (cse_52 * cse_56) + (cse_41 * cse_46 * cse_47 * cse_56 * cse_9))
-        cse_58 = (cse_16 + cse_6 - (1.3333333333333333 * cse_2))
-        cse_59 = (-cse_58)
-        d3 = (-cse_54 - (cse_52 * cse_59) + (cse_41 * cse_46 * cse_47 * cse_59 * cse_9))
-        cse_61 = (cse_41 * cse_49)
-        cse_62 = (2.0 * cse_61)
-        cse_63 = (cse_23 * cse_28 * cse_50)
-        cse_64 = (cse_63 * cse_9)
-        d4 = ((cse_3 * cse_62) - (cse_3 * cse_64))
-        d5 = ((cse_4 * cse_62) - (cse_4 * cse_64))
-        d6 = ((cse_5 * cse_62) - (cse_5 * cse_64))
-        cse_68 = (cse_17 * cse_51)
-        d7 = (-cse_54 - (cse_43 * cse_68) + (cse_17 * cse_41 * cse_43 * cse_46 * cse_47))
-        cse_70 = (cse_17 * cse_41 * cse_48)
-        d8 = (cse_40 + (cse_56 * cse_70) - (cse_56 * cse_68))
-        d9 = (-cse_54 - (cse_59 * cse_68) + (cse_17 * cse_41 * cse_46 * cse_47 * cse_59))
-        cse_73 = (2.0 * cse_70)
-        cse_74 = (cse_17 * cse_63)
-        d10 = ((cse_3 * cse_73) - (cse_3 * cse_74))
-        d11 = ((cse_4 * cse_73) - (cse_4 * cse_74))
-        d12 = ((cse_5 * cse_73) - (cse_5 * cse_74))
-        cse_78 = (cse_15 * cse_51)
-        d13 = (-cse_54 - (cse_43 * cse_78) + (cse_15 * cse_41 * cse_43 * cse_46 * cse_47))
-        d14 = (-cse_54 - (cse_56 * cse_78) + (cse_15 * cse_41 * cse_46 * cse_47 * cse_56))
-        cse_81 = (cse_15 * cse_41 * cse_48)
-        d15 = (cse_40 + (cse_59 * cse_81) - (cse_59 * cse_78))
-        cse_83 = (2.0 * cse_81)
-        cse_84 = (cse_15 * cse_63)
-        d16 = ((cse_3 * cse_83) - (cse_3 * cse_84))
-        d17 = ((cse_4 * cse_83) - (cse_4 * cse_84))
-        d18 = ((cse_5 * cse_83) - (cse_5 * cse_84))
-        cse_88 = (cse_3 * cse_48)
-        cse_89 = (cse_3 * cse_51)
-        d19 = ((cse_44 * cse_88) - (cse_43 * cse_89))
-        cse_91 = (cse_41 * cse_88)
-        d20 = ((cse_56 * cse_91) - (cse_56 * cse_89))
-        d21 = ((cse_59 * cse_91) - (cse_59 * cse_89))
-        cse_94 = (cse_41 * cse_48)
-        cse_95 = (2.0 * cse_94)
-        d22 = (cse_31 + (cse_10 * cse_95) - (cse_10 * cse_63))
-        cse_97 = (2.0 * cse_91)
-        cse_98 = (cse_3 * cse_63)
-        d23 = ((cse_4 * cse_97) - (cse_4 * cse_98))
-        d24 = ((cse_5 * cse_97) - (cse_5 * cse_98))
-        cse_101 = (cse_44 * cse_48)
-        cse_102 = (cse_4 * cse_51)
-        d25 = ((cse_101 * cse_4) - (cse_102 * cse_43))
-        cse_104 = (cse_4 * cse_94)
-        d26 = ((cse_104 * cse_56) - (cse_102 * cse_56))
-        d27 = ((cse_104 * cse_59) - (cse_102 * cse_59))
-        d28 = (cse_31 + (cse_11 * cse_95) - (cse_11 * cse_63))
-        cse_108 = (cse_4 * cse_5)
-        d29 = ((cse_108 * cse_95) - (cse_108 * cse_63))
-        cse_110 = (cse_5 * cse_51)
-        d30 = ((cse_101 * cse_5) - (cse_110 * cse_43))
-        cse_112 = (cse_5 * cse_94)
-        d31 = ((cse_112 * cse_56) - (cse_110 * cse_56))
-        d32 = ((cse_112 * cse_59) - (cse_110 * cse_59))
-        d33 = (cse_31 + (cse_12 * cse_95) - (cse_12 * cse_63))
-        cse_200 = (-cse_188)
-        cse_201 = (cse_188 + cse_195)
-        cse_202 = (-cse_188)
-        d34 = (cse_202 * d23)
-        d35 = (cse_202 * d24)
-        d36 = (cse_202 * d29)
-        d37 = (cse_201 + (cse_200 * d1))
-        d38 = (cse_195 + (cse_200 * d2))
-        d39 = (cse_195 + (cse_200 * d3))
-        d40 = (cse_200 * d4)
-        d41 = (cse_200 * d5)
-        d42 = (cse_200 * d6)
-        d43 = (cse_195 + (cse_200 * d7))
-        d44 = (cse_201 + (cse_200 * d8))
-        d45 = (cse_195 + (cse_200 * d9))
-        d46 = (cse_200 * d10)
-        d47 = (cse_200 * d11)
-        d48 = (cse_200 * d12)
-        d49 = (cse_195 + (cse_200 * d13))
-        d50 = (cse_195 + (cse_200 * d14))
-        d51 = (cse_201 + (cse_200 * d15))
-        d52 = (cse_200 * d16)
-        d53 = (cse_200 * d17)
-        d54 = (cse_200 * d18)
-        d55 = (cse_202 * d19)
-        d56 = (cse_202 * d20)
-        d57 = (cse_202 * d21)
-        d58 = (cse_188 + (cse_202 * d22))
-        d59 = (cse_202 * d25)
-        d60 = (cse_202 * d26)
-        d61 = (cse_202 * d27)
-        d62 = d34
-        d63 = (cse_188 + (cse_202 * d28))
-        d64 = (cse_202 * d30)
-        d65 = (cse_202 * d31)
-        d66 = (cse_202 * d32)
-        d67 = d35
-        d68 = d36
-        d69 = (cse_188 + (cse_202 * d33))
+        dcse_190 = torch.where(cse_27 == 0.0, 0.0, _sdiv(1.0, (cse_18 * cse_18)))
+        dcse_189 = _sdiv(1.0, cse_24)
+        dcse_194 = torch.where(cse_27 == 0.0, 0.0, dcse_189)
+        dcse_169 = (dcse_190 * dcse_194)
+        dcse_188 = _heaviside(cse_26)
+        dcse_195 = torch.where(dcse_188 == 0.0, 0.0, dcse_189)
+        dcse_196 = torch.where(dcse_188 == 0.0, 0.0, cse_19)
+        dcse_170 = (cse_188 * (-(cse_30 * dcse_169) + (dcse_188 * dcse_195 * dcse_196)))
+        dcse_171 = (cse_9 * dcse_170)
+        dcse_172 = (cse_23 * cse_28)
+        dcse_173 = (dcse_169 * dcse_172)
+        dcse_174 = (cse_188 * (dcse_173 - (2.0 * dcse_188 * dcse_195 * dcse_196)))
+        dcse_175 = (cse_9 * dcse_174)
+        dcse_176 = (cse_17 * dcse_170)
+        dcse_177 = (cse_17 * dcse_174)
+        dcse_178 = (cse_15 * dcse_170)
+        dcse_179 = (cse_15 * dcse_174)
+        dcse_180 = (cse_3 * dcse_170)
+        dcse_197 = (-1.0 + cse_31)
+        dcse_181 = (-cse_188 * dcse_197)
+        dcse_198 = (-(cse_3 * cse_4 * dcse_173) + (2.0 * cse_3 * cse_4 * dcse_188 * dcse_195 * dcse_196))
+        dcse_182 = (-cse_188 * dcse_198)
+        dcse_199 = (-(cse_3 * cse_5 * dcse_173) + (2.0 * cse_3 * cse_5 * dcse_188 * dcse_195 * dcse_196))
+        dcse_183 = (-cse_188 * dcse_199)
+        dcse_184 = (cse_4 * dcse_170)
+        dcse_200 = (-(cse_4 * cse_5 * dcse_173) + (2.0 * cse_4 * cse_5 * dcse_188 * dcse_195 * dcse_196))
+        dcse_185 = (-cse_188 * dcse_200)
+        dcse_186 = (cse_5 * dcse_170)
+        dcse_187 = (cse_188 * cse_19 * dcse_172)
+        dcse_191 = (cse_14 + cse_16 - (1.3333333333333333 * cse_0))
+        dcse_192 = (cse_14 + cse_6 - (1.3333333333333333 * cse_1))
+        dcse_193 = (cse_16 + cse_6 - (1.3333333333333333 * cse_2))
+        dcse_201 = (cse_188 + cse_195)
+        dcse_202 = (dcse_201 - (0.3333333333333333 * dcse_187))
+        dcse_203 = (cse_195 + (0.16666666666666666 * dcse_187))
     if V & 12:  # jacobian, total
-        cse_116 = (1.0 - cse_40)
-        d70 = (cse_116 + (cse_42 * cse_61) - (cse_42 * cse_52))
-        d71 = (cse_54 + (cse_55 * cse_61) - (cse_52 * cse_55))
-        d72 = (cse_54 + (cse_58 * cse_61) - (cse_52 * cse_58))
-        d73 = (-d4)
-        d74 = (-d5)
-        d75 = (-d6)
-        d76 = (cse_54 + (cse_42 * cse_70) - (cse_42 * cse_68))
-        d77 = (cse_116 + (cse_55 * cse_70) - (cse_55 * cse_68))
-        d78 = (cse_54 + (cse_58 * cse_70) - (cse_58 * cse_68))
-        d79 = (-d10)
-        d80 = (-d11)
-        d81 = (-d12)
-        d82 = (cse_54 + (cse_42 * cse_81) - (cse_42 * cse_78))
-        d83 = (cse_54 + (cse_55 * cse_81) - (cse_55 * cse_78))
-        d84 = (cse_116 + (cse_58 * cse_81) - (cse_58 * cse_78))
-        d85 = (-d16)
-        d86 = (-d17)
-        d87 = (-d18)
-        d88 = ((cse_42 * cse_91) - (cse_42 * cse_89))
-        d89 = ((cse_55 * cse_91) - (cse_55 * cse_89))
-        d90 = ((cse_58 * cse_91) - (cse_58 * cse_89))
-        d91 = (1.0 - d22)
-        d92 = (-d23)
-        d93 = (-d24)
-        d94 = ((cse_104 * cse_42) - (cse_102 * cse_42))
-        d95 = ((cse_104 * cse_55) - (cse_102 * cse_55))
-        d96 = ((cse_104 * cse_58) - (cse_102 * cse_58))
-        d97 = (1.0 - d28)
-        d98 = (-d29)
-        d99 = ((cse_112 * cse_42) - (cse_110 * cse_42))
-        d100 = ((cse_112 * cse_55) - (cse_110 * cse_55))
-        d101 = ((cse_112 * cse_58) - (cse_110 * cse_58))
-        d102 = (1.0 - d33)
-        cse_177 = _sdiv(1.0, cse_38)
-        cse_178 = (cse_177 * cse_45)
-        cse_179 = (cse_178 * cse_41)
-        cse_180 = (2.0 * cse_179)
-        d103 = (cse_180 * cse_3)
-        d104 = (cse_180 * cse_4)
-        d105 = (cse_180 * cse_5)
-        d106 = _sdiv(cse_30, (cse_38 * cse_38))
-        cse_206 = (-cse_195)
-        cse_207 = (cse_206 * d82)
-        cse_208 = (cse_206 * d76)
-        cse_209 = (-cse_201)
-        cse_210 = (cse_206 * d83)
-        cse_211 = (cse_206 * d77)
-        cse_212 = (cse_206 * d78)
-        cse_213 = (cse_206 * d84)
-        cse_214 = (cse_206 * d85)
-        cse_215 = (cse_206 * d79)
-        cse_216 = (cse_206 * d86)
-        cse_217 = (cse_206 * d80)
-        cse_218 = (cse_206 * d87)
-        cse_219 = (cse_206 * d81)
-        cse_220 = (cse_206 * d70)
-        cse_221 = (cse_206 * d71)
-        cse_222 = (cse_206 * d72)
-        cse_223 = (cse_206 * d73)
-        cse_224 = (cse_206 * d74)
-        cse_225 = (cse_206 * d75)
-        d107 = (cse_202 * d92)
-        d108 = (cse_202 * d93)
-        d109 = (cse_202 * d98)
-        d110 = d23
-        d111 = d24
-        d112 = d29
-        d113 = d92
-        d114 = d93
-        d115 = d98
-        d116 = (cse_178 * cse_44)
-        d117 = (cse_179 * cse_56)
-        d118 = (cse_179 * cse_59)
-        d119 = (-d106)
-        d120 = (cse_179 * cse_42)
-        d121 = (cse_179 * cse_55)
-        d122 = (cse_179 * cse_58)
-        d123 = (-d103)
-        d124 = (-d104)
-        d125 = (-d105)
-        d126 = (cse_207 + cse_208 + (cse_209 * d70))
-        d127 = (cse_210 + cse_211 + (cse_209 * d71))
-        d128 = (cse_212 + cse_213 + (cse_209 * d72))
-        d129 = (cse_214 + cse_215 + (cse_209 * d73))
-        d130 = (cse_216 + cse_217 + (cse_209 * d74))
-        d131 = (cse_218 + cse_219 + (cse_209 * d75))
-        d132 = (cse_207 + cse_220 + (cse_209 * d76))
-        d133 = (cse_210 + cse_221 + (cse_209 * d77))
-        d134 = (cse_213 + cse_222 + (cse_209 * d78))
-        d135 = (cse_214 + cse_223 + (cse_209 * d79))
-        d136 = (cse_216 + cse_224 + (cse_209 * d80))
-        d137 = (cse_218 + cse_225 + (cse_209 * d81))
-        d138 = (cse_208 + cse_220 + (cse_209 * d82))
-        d139 = (cse_211 + cse_221 + (cse_209 * d83))
-        d140 = (cse_212 + cse_222 + (cse_209 * d84))
-        d141 = (cse_215 + cse_223 + (cse_209 * d85))
-        d142 = (cse_217 + cse_224 + (cse_209 * d86))
-        d143 = (cse_219 + cse_225 + (cse_209 * d87))
-        d144 = (cse_202 * d88)
-        d145 = (cse_202 * d89)
-        d146 = (cse_202 * d90)
-        d147 = (cse_202 * d91)
-        d148 = (cse_202 * d94)
-        d149 = (cse_202 * d95)
-        d150 = (cse_202 * d96)
-        d151 = d107
-        d152 = (cse_202 * d97)
-        d153 = (cse_202 * d99)
-        d154 = (cse_202 * d100)
-        d155 = (cse_202 * d101)
-        d156 = d108
-        d157 = d109
-        d158 = (cse_202 * d102)
+        dcse_32 = (cse_23 * cse_28)
+        dcse_33 = (cse_19 * dcse_32)
+        dcse_34 = (0.3333333333333333 * dcse_33)
+        dcse_116 = _heaviside(cse_26)
+        dcse_118 = _sdiv(1.0, cse_24)
+        dcse_135 = torch.where(dcse_116 == 0.0, 0.0, dcse_118)
+        dcse_136 = torch.where(dcse_116 == 0.0, 0.0, cse_19)
+        dcse_35 = (dcse_116 * dcse_135 * dcse_136)
+        dcse_36 = torch.where(cse_27 == 0.0, 0.0, dcse_118)
+        dcse_37 = torch.where(cse_27 == 0.0, 0.0, _sdiv(1.0, (cse_18 * cse_18)))
+        dcse_38 = (cse_30 * dcse_37)
+        dcse_39 = (dcse_36 * dcse_38)
+        dcse_40 = (dcse_39 - dcse_35)
+        dcse_41 = (0.16666666666666666 * dcse_33)
+        dcse_42 = (-dcse_41)
+        dcse_43 = (cse_17 * dcse_40)
+        dcse_44 = (cse_15 * dcse_40)
+        dcse_45 = (cse_3 * dcse_40)
+        dcse_117 = (cse_14 + cse_16 - (1.3333333333333333 * cse_0))
+        dcse_46 = (dcse_117 * dcse_45)
+        dcse_119 = (cse_14 + cse_6 - (1.3333333333333333 * cse_1))
+        dcse_47 = (dcse_119 * dcse_45)
+        dcse_120 = (cse_16 + cse_6 - (1.3333333333333333 * cse_2))
+        dcse_48 = (dcse_120 * dcse_45)
+        dcse_49 = (dcse_32 * dcse_37)
+        dcse_50 = (dcse_36 * dcse_49)
+        dcse_51 = (dcse_50 - (2.0 * dcse_116 * dcse_135 * dcse_136))
+        dcse_52 = (-dcse_51)
+        dcse_53 = (cse_10 * dcse_52)
+        dcse_54 = (cse_4 * dcse_40)
+        dcse_55 = (dcse_117 * dcse_54)
+        dcse_56 = (dcse_119 * dcse_54)
+        dcse_57 = (dcse_120 * dcse_54)
+        dcse_58 = (cse_11 * dcse_52)
+        dcse_59 = (cse_5 * dcse_40)
+        dcse_60 = (dcse_117 * dcse_59)
+        dcse_61 = (dcse_119 * dcse_59)
+        dcse_62 = (dcse_120 * dcse_59)
+        dcse_63 = (cse_12 * dcse_52)
+        dcse_64 = (-dcse_40)
+        dcse_65 = (cse_3 * dcse_64)
+        dcse_66 = (1.0 - cse_31)
+        dcse_121 = (cse_3 * cse_4)
+        dcse_146 = (-(dcse_121 * dcse_50) + (2.0 * cse_3 * cse_4 * dcse_116 * dcse_135 * dcse_136))
+        dcse_67 = (-dcse_146)
+        dcse_122 = (cse_3 * cse_5)
+        dcse_147 = (-(dcse_122 * dcse_50) + (2.0 * cse_3 * cse_5 * dcse_116 * dcse_135 * dcse_136))
+        dcse_68 = (-dcse_147)
+        dcse_69 = (cse_4 * dcse_64)
+        dcse_123 = (cse_4 * cse_5)
+        dcse_148 = (-(dcse_123 * dcse_50) + (2.0 * cse_4 * cse_5 * dcse_116 * dcse_135 * dcse_136))
+        dcse_70 = (-dcse_148)
+        dcse_71 = (cse_5 * dcse_64)
+        dcse_159 = _sdiv(1.0, cse_38)
+        dcse_79 = (dcse_116 * dcse_118 * dcse_159)
+        dcse_80 = (dcse_117 * dcse_79)
+        dcse_81 = (dcse_119 * dcse_79)
+        dcse_82 = (dcse_120 * dcse_79)
+        dcse_83 = (2.0 * dcse_79)
+        dcse_84 = (cse_3 * dcse_83)
+        dcse_85 = (cse_4 * dcse_83)
+        dcse_86 = (cse_5 * dcse_83)
+        dcse_98 = (-1.0 + cse_31)
+        dcse_105 = (cse_188 * dcse_98)
+        dcse_106 = (cse_188 * dcse_146)
+        dcse_107 = (cse_188 * dcse_147)
+        dcse_108 = (cse_188 * dcse_148)
+        dcse_124 = (cse_9 * dcse_117)
+        dcse_125 = (cse_9 * dcse_119)
+        dcse_126 = (cse_9 * dcse_120)
+        dcse_127 = (cse_17 * dcse_117)
+        dcse_128 = (cse_17 * dcse_119)
+        dcse_129 = (cse_17 * dcse_120)
+        dcse_130 = (cse_15 * dcse_117)
+        dcse_131 = (cse_15 * dcse_119)
+        dcse_132 = (cse_15 * dcse_120)
+        dcse_133 = (cse_188 + cse_195)
+        dcse_137 = (-(cse_3 * cse_9 * dcse_50) + (2.0 * cse_3 * cse_9 * dcse_116 * dcse_135 * dcse_136))
+        dcse_138 = (-(cse_4 * cse_9 * dcse_50) + (2.0 * cse_4 * cse_9 * dcse_116 * dcse_135 * dcse_136))
+        dcse_139 = (-(cse_5 * cse_9 * dcse_50) + (2.0 * cse_5 * cse_9 * dcse_116 * dcse_135 * dcse_136))
+        dcse_140 = (-(cse_17 * cse_3 * dcse_50) + (2.0 * cse_17 * cse_3 * dcse_116 * dcse_135 * dcse_136))
+        dcse_141 = (-(cse_17 * cse_4 * dcse_50) + (2.0 * cse_17 * cse_4 * dcse_116 * dcse_135 * dcse_136))
+        dcse_142 = (-(cse_17 * cse_5 * dcse_50) + (2.0 * cse_17 * cse_5 * dcse_116 * dcse_135 * dcse_136))
+        dcse_143 = (-(cse_15 * cse_3 * dcse_50) + (2.0 * cse_15 * cse_3 * dcse_116 * dcse_135 * dcse_136))
+        dcse_144 = (-(cse_15 * cse_4 * dcse_50) + (2.0 * cse_15 * cse_4 * dcse_116 * dcse_135 * dcse_136))
+        dcse_145 = (-(cse_15 * cse_5 * dcse_50) + (2.0 * cse_15 * cse_5 * dcse_116 * dcse_135 * dcse_136))
+        dcse_149 = (1.0 - dcse_34)
+        dcse_150 = (dcse_149 + (dcse_124 * dcse_35) - (dcse_124 * dcse_39))
+        dcse_151 = (dcse_41 + (dcse_125 * dcse_35) - (dcse_125 * dcse_39))
+        dcse_152 = (dcse_41 + (dcse_126 * dcse_35) - (dcse_126 * dcse_39))
+        dcse_153 = (dcse_41 + (dcse_127 * dcse_35) - (dcse_127 * dcse_39))
+        dcse_154 = (dcse_149 + (dcse_128 * dcse_35) - (dcse_128 * dcse_39))
+        dcse_155 = (dcse_41 + (dcse_129 * dcse_35) - (dcse_129 * dcse_39))
+        dcse_156 = (dcse_41 + (dcse_130 * dcse_35) - (dcse_130 * dcse_39))
+        dcse_157 = (dcse_41 + (dcse_131 * dcse_35) - (dcse_131 * dcse_39))
+        dcse_158 = (dcse_149 + (dcse_132 * dcse_35) - (dcse_132 * dcse_39))
+        dcse_160 = _sdiv(cse_30, (cse_38 * cse_38))
     if V & 8:  # total
-        cse_150 = (cse_27 * cse_29 * (cse_20 * cse_20))
-        cse_151 = (cse_150 * cse_19)
-        cse_152 = (cse_20 * cse_41)
-        cse_153 = (cse_152 * cse_18)
-        cse_154 = (cse_153 * cse_19)
-        d159 = ((cse_154 * cse_9) - (cse_151 * cse_9))
-        d160 = ((cse_154 * cse_17) - (cse_151 * cse_17))
-        d161 = ((cse_15 * cse_154) - (cse_15 * cse_151))
-        d162 = ((cse_154 * cse_3) - (cse_151 * cse_3))
-        d163 = ((cse_154 * cse_4) - (cse_151 * cse_4))
-        d164 = ((cse_154 * cse_5) - (cse_151 * cse_5))
-        cse_161 = (cse_25 * cse_41)
-        cse_162 = (cse_161 * cse_19)
-        d165 = (-(cse_162 * cse_9) + (cse_19 * cse_20 * cse_27 * cse_9))
-        d166 = (-(cse_162 * cse_17) + (cse_17 * cse_19 * cse_20 * cse_27))
-        d167 = (-(cse_15 * cse_162) + (cse_15 * cse_19 * cse_20 * cse_27))
-        d168 = (-(cse_162 * cse_3) + (cse_19 * cse_20 * cse_27 * cse_3))
-        d169 = (-(cse_162 * cse_4) + (cse_19 * cse_20 * cse_27 * cse_4))
-        d170 = (-(cse_162 * cse_5) + (cse_19 * cse_20 * cse_27 * cse_5))
-        cse_169 = (0.408248290463863 * cse_152 * cse_23)
-        cse_170 = (cse_169 * cse_19)
-        d171 = (-cse_170 * cse_9)
-        d172 = (-cse_17 * cse_170)
-        d173 = (-cse_15 * cse_170)
-        d174 = (-cse_170 * cse_3)
-        d175 = (-cse_170 * cse_4)
-        d176 = (-cse_170 * cse_5)
-        cse_229 = (cse_191 * cse_194)
-        cse_230 = (cse_187 * cse_229)
-        cse_231 = (p_E * (cse_187 * cse_187))
-        cse_232 = (cse_188 * cse_191)
-        cse_233 = ((cse_193 * cse_232) - (cse_229 * cse_231) + (cse_22 * cse_232 * (cse_193 * cse_193)))
-        d177 = (cse_177 * (cse_153 - cse_150))
-        d178 = (cse_177 * (-cse_161 + (cse_20 * cse_27)))
-        d179 = (-cse_169 * cse_177)
-        d180 = (cse_230 + (cse_185 * cse_187) + (cse_200 * d159))
-        d181 = (cse_230 + (cse_187 * cse_189) + (cse_200 * d160))
-        d182 = (cse_230 + (cse_187 * cse_190) + (cse_200 * d161))
-        d183 = ((cse_187 * cse_197) + (cse_202 * d162))
-        d184 = ((cse_187 * cse_198) + (cse_202 * d163))
-        d185 = ((cse_187 * cse_199) + (cse_202 * d164))
-        d186 = (cse_233 + (cse_200 * d165) - (cse_185 * cse_231))
-        d187 = (cse_233 + (cse_200 * d166) - (cse_189 * cse_231))
-        d188 = (cse_233 + (cse_200 * d167) - (cse_190 * cse_231))
-        d189 = ((cse_202 * d168) - (cse_197 * cse_231))
-        d190 = ((cse_202 * d169) - (cse_198 * cse_231))
-        d191 = ((cse_202 * d170) - (cse_199 * cse_231))
-        d192 = (cse_200 * d171)
-        d193 = (cse_200 * d172)
-        d194 = (cse_200 * d173)
-        d195 = (cse_202 * d174)
-        d196 = (cse_202 * d175)
-        d197 = (cse_202 * d176)
+        dcse_72 = (cse_20 * dcse_116)
+        dcse_73 = ((cse_18 * dcse_72) - (cse_27 * cse_29 * (cse_20 * cse_20)))
+        dcse_74 = (cse_19 * dcse_73)
+        dcse_75 = ((cse_20 * cse_27) - (cse_25 * dcse_116))
+        dcse_76 = (cse_19 * dcse_75)
+        dcse_77 = (0.408248290463863 * cse_23 * dcse_72)
+        dcse_78 = (cse_19 * dcse_77)
+        dcse_109 = (cse_191 * cse_194)
+        dcse_110 = (cse_188 * cse_19)
+        dcse_111 = (-dcse_110 * dcse_73)
+        dcse_112 = (p_E * (cse_187 * cse_187))
+        dcse_113 = (-dcse_75)
+        dcse_114 = (dcse_110 * dcse_113)
+        dcse_115 = (dcse_110 * dcse_77)
+        dcse_134 = (cse_188 * cse_191)
+        dcse_161 = ((cse_193 * dcse_134) - (dcse_109 * dcse_112) + (cse_22 * dcse_134 * (cse_193 * cse_193)))
     # outputs
     Y = torch.empty((X.shape[0], 13), dtype=X.dtype, device=X.device)
     _put(Y, range(0, 13), (
@@ -426,68 +291,141 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     if V & 2:  # tangent
         # d outputs / d inputs of the tangent variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], 6, 6), dtype=X.dtype, device=X.device)
-        _put(J[:, 0], range(0, 6), (d37, d38, d39, d40, d41, d42))
-        _put(J[:, 1], range(0, 6), (d43, d44, d45, d46, d47, d48))
-        _put(J[:, 2], range(0, 6), (d49, d50, d51, d52, d53, d54))
-        _put(J[:, 3], range(0, 6), (d55, d56, d57, d58, d34, d35))
-        _put(J[:, 4], range(0, 6), (d59, d60, d61, d62, d63, d36))
-        _put(J[:, 5], range(0, 6), (d64, d65, d66, d67, d68, d69))
+        _put(J[:, 0], range(0, 6), (
+            (dcse_202 + (dcse_171 * dcse_191)), (dcse_203 + (dcse_171 * dcse_192)),
+            (dcse_203 + (dcse_171 * dcse_193)), (cse_3 * dcse_175), (cse_4 * dcse_175), (cse_5 * dcse_175),
+        ))
+        _put(J[:, 1], range(0, 6), (
+            (dcse_203 + (dcse_176 * dcse_191)), (dcse_202 + (dcse_176 * dcse_192)),
+            (dcse_203 + (dcse_176 * dcse_193)), (cse_3 * dcse_177), (cse_4 * dcse_177), (cse_5 * dcse_177),
+        ))
+        _put(J[:, 2], range(0, 6), (
+            (dcse_203 + (dcse_178 * dcse_191)), (dcse_203 + (dcse_178 * dcse_192)),
+            (dcse_202 + (dcse_178 * dcse_193)), (cse_3 * dcse_179), (cse_4 * dcse_179), (cse_5 * dcse_179),
+        ))
+        _put(J[:, 3], range(0, 6), (
+            (dcse_180 * dcse_191), (dcse_180 * dcse_192), (dcse_180 * dcse_193),
+            (dcse_181 + (cse_10 * dcse_174)), dcse_182, dcse_183,
+        ))
+        _put(J[:, 4], range(0, 6), (
+            (dcse_184 * dcse_191), (dcse_184 * dcse_192), (dcse_184 * dcse_193), dcse_182,
+            (dcse_181 + (cse_11 * dcse_174)), dcse_185,
+        ))
+        _put(J[:, 5], range(0, 6), (
+            (dcse_186 * dcse_191), (dcse_186 * dcse_192), (dcse_186 * dcse_193), dcse_183, dcse_185,
+            (dcse_181 + (cse_12 * dcse_174)),
+        ))
     if V & 12:  # jacobian, total
         # d outputs / d inputs of the jacobian, total variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], *((13, 14) if V == 4 else (13, 17))), dtype=X.dtype, device=X.device)
         _put(J[:, 0], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12), (
-            d1, d2, d3, d4, d5, d6, d70, d71, d72, d73, d74, d75,
+            (dcse_34 + (cse_9 * dcse_117 * dcse_40)), (-dcse_41 + (cse_9 * dcse_119 * dcse_40)),
+            (-dcse_41 + (cse_9 * dcse_120 * dcse_40)), dcse_137, dcse_138, dcse_139, dcse_150, dcse_151,
+            dcse_152, (-dcse_137), (-dcse_138), (-dcse_139),
         ))
         _put(J[:, 1], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12), (
-            d7, d8, d9, d10, d11, d12, d76, d77, d78, d79, d80, d81,
+            (dcse_42 + (dcse_117 * dcse_43)), (dcse_34 + (dcse_119 * dcse_43)),
+            (dcse_42 + (dcse_120 * dcse_43)), dcse_140, dcse_141, dcse_142, dcse_153, dcse_154, dcse_155,
+            (-dcse_140), (-dcse_141), (-dcse_142),
         ))
         _put(J[:, 2], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12), (
-            d13, d14, d15, d16, d17, d18, d82, d83, d84, d85, d86, d87,
+            (dcse_42 + (dcse_117 * dcse_44)), (dcse_42 + (dcse_119 * dcse_44)),
+            (dcse_34 + (dcse_120 * dcse_44)), dcse_143, dcse_144, dcse_145, dcse_156, dcse_157, dcse_158,
+            (-dcse_143), (-dcse_144), (-dcse_145),
         ))
         _put(J[:, 3], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12), (
-            d19, d20, d21, d22, d23, d24, d88, d89, d90, d91, d92, d93,
+            dcse_46, dcse_47, dcse_48, (cse_31 + dcse_53), dcse_146, dcse_147, (dcse_117 * dcse_65),
+            (dcse_119 * dcse_65), (dcse_120 * dcse_65), (dcse_66 + (cse_10 * dcse_51)), dcse_67, dcse_68,
         ))
         _put(J[:, 4], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12), (
-            d25, d26, d27, d110, d28, d29, d94, d95, d96, d113, d97, d98,
+            dcse_55, dcse_56, dcse_57, dcse_146, (cse_31 + dcse_58), dcse_148, (dcse_117 * dcse_69),
+            (dcse_119 * dcse_69), (dcse_120 * dcse_69), dcse_67, (dcse_66 + (cse_11 * dcse_51)), dcse_70,
         ))
         _put(J[:, 5], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12), (
-            d30, d31, d32, d111, d112, d33, d99, d100, d101, d114, d115, d102,
+            dcse_60, dcse_61, dcse_62, dcse_147, dcse_148, (cse_31 + dcse_63), (dcse_117 * dcse_71),
+            (dcse_119 * dcse_71), (dcse_120 * dcse_71), dcse_68, dcse_70, (dcse_66 + (cse_12 * dcse_51)),
         ))
         _put(J[:, 6], range(0, 14), (
-            d116, d117, d118, d103, d104, d105, d119, d120, d121, d122, d123, d124, d125, d106,
+            (-dcse_80), (-dcse_81), (-dcse_82), dcse_84, dcse_85, dcse_86, (-dcse_160), dcse_80, dcse_81,
+            dcse_82, (-dcse_84), (-dcse_85), (-dcse_86), dcse_160,
         ))
         _put(J[:, 7], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12), (
-            d37, d38, d39, d40, d41, d42, d126, d127, d128, d129, d130, d131,
+            (dcse_202 + (dcse_171 * dcse_191)), (dcse_203 + (dcse_171 * dcse_192)),
+            (dcse_203 + (dcse_171 * dcse_193)), (cse_3 * dcse_175), (cse_4 * dcse_175), (cse_5 * dcse_175),
+            ((cse_195 * (-dcse_153 - dcse_156)) - (dcse_133 * dcse_150)),
+            ((cse_195 * (-dcse_154 - dcse_157)) - (dcse_133 * dcse_151)),
+            ((cse_195 * (-dcse_155 - dcse_158)) - (dcse_133 * dcse_152)),
+            ((cse_195 * (dcse_140 + dcse_143)) + (dcse_133 * dcse_137)),
+            ((cse_195 * (dcse_141 + dcse_144)) + (dcse_133 * dcse_138)),
+            ((cse_195 * (dcse_142 + dcse_145)) + (dcse_133 * dcse_139)),
         ))
         _put(J[:, 8], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12), (
-            d43, d44, d45, d46, d47, d48, d132, d133, d134, d135, d136, d137,
+            (dcse_203 + (dcse_176 * dcse_191)), (dcse_202 + (dcse_176 * dcse_192)),
+            (dcse_203 + (dcse_176 * dcse_193)), (cse_3 * dcse_177), (cse_4 * dcse_177), (cse_5 * dcse_177),
+            ((cse_195 * (-dcse_150 - dcse_156)) - (dcse_133 * dcse_153)),
+            ((cse_195 * (-dcse_151 - dcse_157)) - (dcse_133 * dcse_154)),
+            ((cse_195 * (-dcse_152 - dcse_158)) - (dcse_133 * dcse_155)),
+            ((cse_195 * (dcse_137 + dcse_143)) + (dcse_133 * dcse_140)),
+            ((cse_195 * (dcse_138 + dcse_144)) + (dcse_133 * dcse_141)),
+            ((cse_195 * (dcse_139 + dcse_145)) + (dcse_133 * dcse_142)),
         ))
         _put(J[:, 9], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12), (
-            d49, d50, d51, d52, d53, d54, d138, d139, d140, d141, d142, d143,
+            (dcse_203 + (dcse_178 * dcse_191)), (dcse_203 + (dcse_178 * dcse_192)),
+            (dcse_202 + (dcse_178 * dcse_193)), (cse_3 * dcse_179), (cse_4 * dcse_179), (cse_5 * dcse_179),
+            ((cse_195 * (-dcse_150 - dcse_153)) - (dcse_133 * dcse_156)),
+            ((cse_195 * (-dcse_151 - dcse_154)) - (dcse_133 * dcse_157)),
+            ((cse_195 * (-dcse_152 - dcse_155)) - (dcse_133 * dcse_158)),
+            ((cse_195 * (dcse_137 + dcse_140)) + (dcse_133 * dcse_143)),
+            ((cse_195 * (dcse_138 + dcse_141)) + (dcse_133 * dcse_144)),
+            ((cse_195 * (dcse_139 + dcse_142)) + (dcse_133 * dcse_145)),
         ))
         _put(J[:, 10], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12), (
-            d55, d56, d57, d58, d34, d35, d144, d145, d146, d147, d107, d108,
+            (dcse_180 * dcse_191), (dcse_180 * dcse_192), (dcse_180 * dcse_193),
+            (dcse_181 + (cse_10 * dcse_174)), dcse_182, dcse_183, (cse_188 * dcse_46), (cse_188 * dcse_47),
+            (cse_188 * dcse_48), (dcse_105 + (cse_188 * dcse_53)), dcse_106, dcse_107,
         ))
         _put(J[:, 11], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12), (
-            d59, d60, d61, d62, d63, d36, d148, d149, d150, d151, d152, d109,
+            (dcse_184 * dcse_191), (dcse_184 * dcse_192), (dcse_184 * dcse_193), dcse_182,
+            (dcse_181 + (cse_11 * dcse_174)), dcse_185, (cse_188 * dcse_55), (cse_188 * dcse_56),
+            (cse_188 * dcse_57), dcse_106, (dcse_105 + (cse_188 * dcse_58)), dcse_108,
         ))
         _put(J[:, 12], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12), (
-            d64, d65, d66, d67, d68, d69, d153, d154, d155, d156, d157, d158,
+            (dcse_186 * dcse_191), (dcse_186 * dcse_192), (dcse_186 * dcse_193), dcse_183, dcse_185,
+            (dcse_181 + (cse_12 * dcse_174)), (cse_188 * dcse_60), (cse_188 * dcse_61), (cse_188 * dcse_62),
+            dcse_107, dcse_108, (dcse_105 + (cse_188 * dcse_63)),
         ))
         if V & 8:
-            _put(J[:, 0], range(14, 17), (d159, d165, d171))
-            _put(J[:, 1], range(14, 17), (d160, d166, d172))
-            _put(J[:, 2], range(14, 17), (d161, d167, d173))
-            _put(J[:, 3], range(14, 17), (d162, d168, d174))
-            _put(J[:, 4], range(14, 17), (d163, d169, d175))
-            _put(J[:, 5], range(14, 17), (d164, d170, d176))
-            _put(J[:, 6], range(14, 17), (d177, d178, d179))
-            _put(J[:, 7], range(14, 17), (d180, d186, d192))
-            _put(J[:, 8], range(14, 17), (d181, d187, d193))
-            _put(J[:, 9], range(14, 17), (d182, d188, d194))
-            _put(J[:, 10], range(14, 17), (d183, d189, d195))
-            _put(J[:, 11], range(14, 17), (d184, d190, d196))
-            _put(J[:, 12], range(14, 17), (d185, d191, d197))
+            _put(J[:, 0], range(14, 17), ((cse_9 * dcse_74), (cse_9 * dcse_76), (-cse_9 * dcse_78)))
+            _put(J[:, 1], range(14, 17), ((cse_17 * dcse_74), (cse_17 * dcse_76), (-cse_17 * dcse_78)))
+            _put(J[:, 2], range(14, 17), ((cse_15 * dcse_74), (cse_15 * dcse_76), (-cse_15 * dcse_78)))
+            _put(J[:, 3], range(14, 17), ((cse_3 * dcse_74), (cse_3 * dcse_76), (-cse_3 * dcse_78)))
+            _put(J[:, 4], range(14, 17), ((cse_4 * dcse_74), (cse_4 * dcse_76), (-cse_4 * dcse_78)))
+            _put(J[:, 5], range(14, 17), ((cse_5 * dcse_74), (cse_5 * dcse_76), (-cse_5 * dcse_78)))
+            _put(J[:, 6], range(14, 17), ((dcse_159 * dcse_73), (dcse_159 * dcse_75), (-dcse_159 * dcse_77)))
+            _put(J[:, 7], range(14, 17), (
+                ((cse_187 * (cse_185 + dcse_109)) + (cse_9 * dcse_111)),
+                (dcse_161 + (cse_9 * dcse_114) - (cse_185 * dcse_112)), (cse_9 * dcse_115),
+            ))
+            _put(J[:, 8], range(14, 17), (
+                ((cse_17 * dcse_111) + (cse_187 * (cse_189 + dcse_109))),
+                (dcse_161 + (cse_17 * dcse_114) - (cse_189 * dcse_112)), (cse_17 * dcse_115),
+            ))
+            _put(J[:, 9], range(14, 17), (
+                ((cse_15 * dcse_111) + (cse_187 * (cse_190 + dcse_109))),
+                (dcse_161 + (cse_15 * dcse_114) - (cse_190 * dcse_112)), (cse_15 * dcse_115),
+            ))
+            _put(J[:, 10], range(14, 17), (
+                ((cse_187 * cse_197) + (cse_3 * dcse_111)),
+                (-(cse_197 * dcse_112) + (cse_188 * cse_19 * cse_3 * dcse_113)), (cse_3 * dcse_115),
+            ))
+            _put(J[:, 11], range(14, 17), (
+                ((cse_187 * cse_198) + (cse_4 * dcse_111)),
+                (-(cse_198 * dcse_112) + (cse_188 * cse_19 * cse_4 * dcse_113)), (cse_4 * dcse_115),
+            ))
+            _put(J[:, 12], range(14, 17), (
+                ((cse_187 * cse_199) + (cse_5 * dcse_111)),
+                (-(cse_199 * dcse_112) + (cse_188 * cse_19 * cse_5 * dcse_113)), (cse_5 * dcse_115),
+            ))
     ST = None
     return Y, J, ST
 
@@ -736,440 +674,304 @@ if triton is not None:
                 tl.where(fin, state_S_5, K0), _zero9, _zero9, _zero9, BLOCK)
             tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 8)[None, :], _row10, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 5))
         if V & 14:  # tangent, jacobian, total
-            cse_45 = _mc_sdiv(K5, cse_24)
-            cse_50 = (tl.where(cse_27 == 0.0, K7, cse_45) * tl.where(cse_27 == 0.0, K7, _mc_sdiv(K5, (cse_18 * cse_18))))
-            cse_51 = (cse_30 * cse_50)
-            cse_52 = (cse_51 * cse_9)
-            cse_41 = tl.where(cse_26 > 0.0, 1.0, 0.0)
-            cse_46 = tl.where(cse_41 == 0.0, K7, cse_45)
-            cse_47 = tl.where(cse_41 == 0.0, K7, cse_19)
-            cse_48 = (cse_46 * cse_47)
-            cse_49 = (cse_48 * cse_9)
-            cse_39 = (cse_19 * cse_23 * cse_28)
-            cse_40 = (K2 * cse_39)
-            cse_42 = (cse_14 + cse_16 - (K8 * cse_0))
-            cse_43 = (-cse_42)
-            cse_44 = (cse_41 * cse_43)
-            d1 = (cse_40 + (cse_44 * cse_49) - (cse_43 * cse_52))
-            cse_201 = (cse_188 + cse_195)
-            cse_200 = (-cse_188)
-            d2 = (cse_201 + (cse_200 * d1))
-            cse_54 = (K9 * cse_39)
-            cse_55 = (cse_14 + cse_6 - (K8 * cse_1))
-            cse_56 = (-cse_55)
-            d3 = (-cse_54 - (cse_52 * cse_56) + (cse_41 * cse_46 * cse_47 * cse_56 * cse_9))
-            d4 = (cse_195 + (cse_200 * d3))
-            cse_58 = (cse_16 + cse_6 - (K8 * cse_2))
-            cse_59 = (-cse_58)
-            d5 = (-cse_54 - (cse_52 * cse_59) + (cse_41 * cse_46 * cse_47 * cse_59 * cse_9))
-            d6 = (cse_195 + (cse_200 * d5))
-            cse_61 = (cse_41 * cse_49)
-            cse_62 = (K3 * cse_61)
-            cse_63 = (cse_23 * cse_28 * cse_50)
-            cse_64 = (cse_63 * cse_9)
-            d7 = ((cse_3 * cse_62) - (cse_3 * cse_64))
-            d8 = (cse_200 * d7)
+            dcse_189 = _mc_sdiv(K5, cse_24)
+            dcse_194 = tl.where(cse_27 == 0.0, K7, dcse_189)
+            dcse_190 = tl.where(cse_27 == 0.0, K7, _mc_sdiv(K5, (cse_18 * cse_18)))
+            dcse_169 = (dcse_190 * dcse_194)
+            dcse_188 = tl.where(cse_26 > 0.0, 1.0, 0.0)
+            dcse_195 = tl.where(dcse_188 == 0.0, K7, dcse_189)
+            dcse_196 = tl.where(dcse_188 == 0.0, K7, cse_19)
+            dcse_170 = (cse_188 * (-(cse_30 * dcse_169) + (dcse_188 * dcse_195 * dcse_196)))
+            dcse_171 = (cse_9 * dcse_170)
+            dcse_172 = (cse_23 * cse_28)
+            dcse_173 = (dcse_169 * dcse_172)
+            dcse_174 = (cse_188 * (dcse_173 - (K3 * dcse_188 * dcse_195 * dcse_196)))
+            dcse_175 = (cse_9 * dcse_174)
+            dcse_191 = (cse_14 + cse_16 - (K8 * cse_0))
+            dcse_192 = (cse_14 + cse_6 - (K8 * cse_1))
+            dcse_193 = (cse_16 + cse_6 - (K8 * cse_2))
+            dcse_187 = (cse_188 * cse_19 * dcse_172)
+            dcse_201 = (cse_188 + cse_195)
+            dcse_202 = (dcse_201 - (K2 * dcse_187))
+            dcse_203 = (cse_195 + (K9 * dcse_187))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d2, K0), tl.where(fin, d4, K0), tl.where(fin, d6, K0), tl.where(fin, d8, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, (dcse_202 + (dcse_171 * dcse_191)), K0), tl.where(fin, (dcse_203 + (dcse_171 * dcse_192)), K0), tl.where(fin, (dcse_203 + (dcse_171 * dcse_193)), K0), tl.where(fin, (cse_3 * dcse_175), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            d9 = ((cse_4 * cse_62) - (cse_4 * cse_64))
-            d10 = (cse_200 * d9)
-            d11 = ((cse_5 * cse_62) - (cse_5 * cse_64))
-            d12 = (cse_200 * d11)
-            cse_68 = (cse_17 * cse_51)
-            d13 = (-cse_54 - (cse_43 * cse_68) + (cse_17 * cse_41 * cse_43 * cse_46 * cse_47))
-            d14 = (cse_195 + (cse_200 * d13))
-            cse_70 = (cse_17 * cse_41 * cse_48)
-            d15 = (cse_40 + (cse_56 * cse_70) - (cse_56 * cse_68))
-            d16 = (cse_201 + (cse_200 * d15))
+            dcse_176 = (cse_17 * dcse_170)
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d10, K0), tl.where(fin, d12, K0), tl.where(fin, d14, K0), tl.where(fin, d16, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, (cse_4 * dcse_175), K0), tl.where(fin, (cse_5 * dcse_175), K0), tl.where(fin, (dcse_203 + (dcse_176 * dcse_191)), K0), tl.where(fin, (dcse_202 + (dcse_176 * dcse_192)), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
                 _row11 = _mc_row8(
-                    tl.where(fin, d2, K0), tl.where(fin, d4, K0), tl.where(fin, d6, K0), tl.where(fin, d8, K0),
-                    tl.where(fin, d10, K0), tl.where(fin, d12, K0), tl.where(fin, d14, K0), tl.where(fin, d16, K0), BLOCK)
+                    tl.where(fin, (dcse_202 + (dcse_171 * dcse_191)), K0), tl.where(fin, (dcse_203 + (dcse_171 * dcse_192)), K0), tl.where(fin, (dcse_203 + (dcse_171 * dcse_193)), K0), tl.where(fin, (cse_3 * dcse_175), K0),
+                    tl.where(fin, (cse_4 * dcse_175), K0), tl.where(fin, (cse_5 * dcse_175), K0), tl.where(fin, (dcse_203 + (dcse_176 * dcse_191)), K0), tl.where(fin, (dcse_202 + (dcse_176 * dcse_192)), K0), BLOCK)
                 tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row11, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
-            d17 = (-cse_54 - (cse_59 * cse_68) + (cse_17 * cse_41 * cse_46 * cse_47 * cse_59))
-            d18 = (cse_195 + (cse_200 * d17))
-            cse_73 = (K3 * cse_70)
-            cse_74 = (cse_17 * cse_63)
-            d19 = ((cse_3 * cse_73) - (cse_3 * cse_74))
-            d20 = (cse_200 * d19)
-            d21 = ((cse_4 * cse_73) - (cse_4 * cse_74))
-            d22 = (cse_200 * d21)
-            d23 = ((cse_5 * cse_73) - (cse_5 * cse_74))
-            d24 = (cse_200 * d23)
+            dcse_177 = (cse_17 * dcse_174)
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d18, K0), tl.where(fin, d20, K0), tl.where(fin, d22, K0), tl.where(fin, d24, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, (dcse_203 + (dcse_176 * dcse_193)), K0), tl.where(fin, (cse_3 * dcse_177), K0), tl.where(fin, (cse_4 * dcse_177), K0), tl.where(fin, (cse_5 * dcse_177), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            cse_78 = (cse_15 * cse_51)
-            d25 = (-cse_54 - (cse_43 * cse_78) + (cse_15 * cse_41 * cse_43 * cse_46 * cse_47))
-            d26 = (cse_195 + (cse_200 * d25))
-            d27 = (-cse_54 - (cse_56 * cse_78) + (cse_15 * cse_41 * cse_46 * cse_47 * cse_56))
-            d28 = (cse_195 + (cse_200 * d27))
-            cse_81 = (cse_15 * cse_41 * cse_48)
-            d29 = (cse_40 + (cse_59 * cse_81) - (cse_59 * cse_78))
-            d30 = (cse_201 + (cse_200 * d29))
-            cse_83 = (K3 * cse_81)
-            cse_84 = (cse_15 * cse_63)
-            d31 = ((cse_3 * cse_83) - (cse_3 * cse_84))
-            d32 = (cse_200 * d31)
+            dcse_178 = (cse_15 * dcse_170)
+            dcse_179 = (cse_15 * dcse_174)
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d26, K0), tl.where(fin, d28, K0), tl.where(fin, d30, K0), tl.where(fin, d32, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, (dcse_203 + (dcse_178 * dcse_191)), K0), tl.where(fin, (dcse_203 + (dcse_178 * dcse_192)), K0), tl.where(fin, (dcse_202 + (dcse_178 * dcse_193)), K0), tl.where(fin, (cse_3 * dcse_179), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 8 .. 15 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
                 _row12 = _mc_row8(
-                    tl.where(fin, d18, K0), tl.where(fin, d20, K0), tl.where(fin, d22, K0), tl.where(fin, d24, K0),
-                    tl.where(fin, d26, K0), tl.where(fin, d28, K0), tl.where(fin, d30, K0), tl.where(fin, d32, K0), BLOCK)
+                    tl.where(fin, (dcse_203 + (dcse_176 * dcse_193)), K0), tl.where(fin, (cse_3 * dcse_177), K0), tl.where(fin, (cse_4 * dcse_177), K0), tl.where(fin, (cse_5 * dcse_177), K0),
+                    tl.where(fin, (dcse_203 + (dcse_178 * dcse_191)), K0), tl.where(fin, (dcse_203 + (dcse_178 * dcse_192)), K0), tl.where(fin, (dcse_202 + (dcse_178 * dcse_193)), K0), tl.where(fin, (cse_3 * dcse_179), K0), BLOCK)
                 tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row12, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
-            d33 = ((cse_4 * cse_83) - (cse_4 * cse_84))
-            d34 = (cse_200 * d33)
-            d35 = ((cse_5 * cse_83) - (cse_5 * cse_84))
-            d36 = (cse_200 * d35)
-            cse_89 = (cse_3 * cse_51)
-            cse_88 = (cse_3 * cse_48)
-            d37 = ((cse_44 * cse_88) - (cse_43 * cse_89))
-            cse_202 = (-cse_188)
-            d38 = (cse_202 * d37)
-            cse_91 = (cse_41 * cse_88)
-            d39 = ((cse_56 * cse_91) - (cse_56 * cse_89))
-            d40 = (cse_202 * d39)
+            dcse_180 = (cse_3 * dcse_170)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d34, K0), tl.where(fin, d36, K0), tl.where(fin, d38, K0), tl.where(fin, d40, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, (cse_4 * dcse_179), K0), tl.where(fin, (cse_5 * dcse_179), K0), tl.where(fin, (dcse_180 * dcse_191), K0), tl.where(fin, (dcse_180 * dcse_192), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            cse_97 = (K3 * cse_91)
-            cse_98 = (cse_3 * cse_63)
-            d41 = ((cse_4 * cse_97) - (cse_4 * cse_98))
-            d42 = (cse_202 * d41)
-            d43 = ((cse_5 * cse_97) - (cse_5 * cse_98))
-            d44 = (cse_202 * d43)
-            d45 = ((cse_59 * cse_91) - (cse_59 * cse_89))
-            d46 = (cse_202 * d45)
-            cse_94 = (cse_41 * cse_48)
-            cse_95 = (K3 * cse_94)
-            d47 = (cse_31 + (cse_10 * cse_95) - (cse_10 * cse_63))
-            d48 = (cse_188 + (cse_202 * d47))
+            dcse_197 = (-K5 + cse_31)
+            dcse_181 = (-cse_188 * dcse_197)
+            dcse_198 = (-(cse_3 * cse_4 * dcse_173) + (K3 * cse_3 * cse_4 * dcse_188 * dcse_195 * dcse_196))
+            dcse_182 = (-cse_188 * dcse_198)
+            dcse_199 = (-(cse_3 * cse_5 * dcse_173) + (K3 * cse_3 * cse_5 * dcse_188 * dcse_195 * dcse_196))
+            dcse_183 = (-cse_188 * dcse_199)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d46, K0), tl.where(fin, d48, K0), tl.where(fin, d42, K0), tl.where(fin, d44, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, (dcse_180 * dcse_193), K0), tl.where(fin, (dcse_181 + (cse_10 * dcse_174)), K0), tl.where(fin, dcse_182, K0), tl.where(fin, dcse_183, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 16 .. 23 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
                 _row13 = _mc_row8(
-                    tl.where(fin, d34, K0), tl.where(fin, d36, K0), tl.where(fin, d38, K0), tl.where(fin, d40, K0),
-                    tl.where(fin, d46, K0), tl.where(fin, d48, K0), tl.where(fin, d42, K0), tl.where(fin, d44, K0), BLOCK)
+                    tl.where(fin, (cse_4 * dcse_179), K0), tl.where(fin, (cse_5 * dcse_179), K0), tl.where(fin, (dcse_180 * dcse_191), K0), tl.where(fin, (dcse_180 * dcse_192), K0),
+                    tl.where(fin, (dcse_180 * dcse_193), K0), tl.where(fin, (dcse_181 + (cse_10 * dcse_174)), K0), tl.where(fin, dcse_182, K0), tl.where(fin, dcse_183, K0), BLOCK)
                 tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row13, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
-            cse_101 = (cse_44 * cse_48)
-            cse_102 = (cse_4 * cse_51)
-            d49 = ((cse_101 * cse_4) - (cse_102 * cse_43))
-            d50 = (cse_202 * d49)
-            cse_104 = (cse_4 * cse_94)
-            d51 = ((cse_104 * cse_56) - (cse_102 * cse_56))
-            d52 = (cse_202 * d51)
-            d53 = ((cse_104 * cse_59) - (cse_102 * cse_59))
-            d54 = (cse_202 * d53)
-            d55 = d42
+            dcse_184 = (cse_4 * dcse_170)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d50, K0), tl.where(fin, d52, K0), tl.where(fin, d54, K0), tl.where(fin, d55, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, (dcse_184 * dcse_191), K0), tl.where(fin, (dcse_184 * dcse_192), K0), tl.where(fin, (dcse_184 * dcse_193), K0), tl.where(fin, dcse_182, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            cse_108 = (cse_4 * cse_5)
-            d56 = ((cse_108 * cse_95) - (cse_108 * cse_63))
-            d57 = (cse_202 * d56)
-            d58 = (cse_31 + (cse_11 * cse_95) - (cse_11 * cse_63))
-            d59 = (cse_188 + (cse_202 * d58))
-            cse_110 = (cse_5 * cse_51)
-            d60 = ((cse_101 * cse_5) - (cse_110 * cse_43))
-            d61 = (cse_202 * d60)
-            cse_112 = (cse_5 * cse_94)
-            d62 = ((cse_112 * cse_56) - (cse_110 * cse_56))
-            d63 = (cse_202 * d62)
+            dcse_200 = (-(cse_4 * cse_5 * dcse_173) + (K3 * cse_4 * cse_5 * dcse_188 * dcse_195 * dcse_196))
+            dcse_185 = (-cse_188 * dcse_200)
+            dcse_186 = (cse_5 * dcse_170)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d59, K0), tl.where(fin, d57, K0), tl.where(fin, d61, K0), tl.where(fin, d63, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, (dcse_181 + (cse_11 * dcse_174)), K0), tl.where(fin, dcse_185, K0), tl.where(fin, (dcse_186 * dcse_191), K0), tl.where(fin, (dcse_186 * dcse_192), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 24 .. 31 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
                 _row14 = _mc_row8(
-                    tl.where(fin, d50, K0), tl.where(fin, d52, K0), tl.where(fin, d54, K0), tl.where(fin, d55, K0),
-                    tl.where(fin, d59, K0), tl.where(fin, d57, K0), tl.where(fin, d61, K0), tl.where(fin, d63, K0), BLOCK)
+                    tl.where(fin, (dcse_184 * dcse_191), K0), tl.where(fin, (dcse_184 * dcse_192), K0), tl.where(fin, (dcse_184 * dcse_193), K0), tl.where(fin, dcse_182, K0),
+                    tl.where(fin, (dcse_181 + (cse_11 * dcse_174)), K0), tl.where(fin, dcse_185, K0), tl.where(fin, (dcse_186 * dcse_191), K0), tl.where(fin, (dcse_186 * dcse_192), K0), BLOCK)
                 tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row14, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
-        if V & 14:  # tangent, jacobian, total
-            d64 = ((cse_112 * cse_59) - (cse_110 * cse_59))
-            d65 = (cse_202 * d64)
-            d66 = d44
-            d67 = d57
-            d68 = (cse_31 + (cse_12 * cse_95) - (cse_12 * cse_63))
-            d69 = (cse_188 + (cse_202 * d68))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d65, K0), tl.where(fin, d66, K0), tl.where(fin, d67, K0), tl.where(fin, d69, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, (dcse_186 * dcse_193), K0), tl.where(fin, dcse_183, K0), tl.where(fin, dcse_185, K0), tl.where(fin, (dcse_181 + (cse_12 * dcse_174)), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 12:  # jacobian, total
-            cse_116 = (K5 - cse_40)
-            d70 = (cse_116 + (cse_42 * cse_61) - (cse_42 * cse_52))
-            d71 = (cse_54 + (cse_55 * cse_61) - (cse_52 * cse_55))
-            d72 = (cse_54 + (cse_58 * cse_61) - (cse_52 * cse_58))
-            d73 = (-d7)
-            d74 = (-d9)
-            d75 = (-d11)
-            d76 = (cse_54 + (cse_42 * cse_70) - (cse_42 * cse_68))
-            d77 = (cse_116 + (cse_55 * cse_70) - (cse_55 * cse_68))
-            d78 = (cse_54 + (cse_58 * cse_70) - (cse_58 * cse_68))
-            d79 = (-d19)
-            d80 = (-d21)
-            d81 = (-d23)
-            d82 = (cse_54 + (cse_42 * cse_81) - (cse_42 * cse_78))
-            d83 = (cse_54 + (cse_55 * cse_81) - (cse_55 * cse_78))
-            d84 = (cse_116 + (cse_58 * cse_81) - (cse_58 * cse_78))
-            d85 = (-d31)
-            d86 = (-d33)
-            d87 = (-d35)
-            d88 = ((cse_42 * cse_91) - (cse_42 * cse_89))
-            d89 = ((cse_55 * cse_91) - (cse_55 * cse_89))
-            d90 = ((cse_58 * cse_91) - (cse_58 * cse_89))
-            d91 = (K5 - d47)
-            d92 = (-d41)
-            d93 = (-d43)
-            d94 = ((cse_104 * cse_42) - (cse_102 * cse_42))
-            d95 = ((cse_104 * cse_55) - (cse_102 * cse_55))
-            d96 = ((cse_104 * cse_58) - (cse_102 * cse_58))
-            d97 = (K5 - d58)
-            d98 = (-d56)
-            d99 = ((cse_112 * cse_42) - (cse_110 * cse_42))
-            d100 = ((cse_112 * cse_55) - (cse_110 * cse_55))
-            d101 = ((cse_112 * cse_58) - (cse_110 * cse_58))
-            d102 = (K5 - d68)
-            cse_177 = _mc_sdiv(K5, cse_38)
-            cse_178 = (cse_177 * cse_45)
-            cse_179 = (cse_178 * cse_41)
-            cse_180 = (K3 * cse_179)
-            d103 = (cse_180 * cse_3)
-            d104 = (cse_180 * cse_4)
-            d105 = (cse_180 * cse_5)
-            d106 = _mc_sdiv(cse_30, (cse_38 * cse_38))
-            cse_206 = (-cse_195)
-            cse_207 = (cse_206 * d82)
-            cse_208 = (cse_206 * d76)
-            cse_209 = (-cse_201)
-            cse_210 = (cse_206 * d83)
-            cse_211 = (cse_206 * d77)
-            cse_212 = (cse_206 * d78)
-            cse_213 = (cse_206 * d84)
-            cse_214 = (cse_206 * d85)
-            cse_215 = (cse_206 * d79)
-            cse_216 = (cse_206 * d86)
-            cse_217 = (cse_206 * d80)
-            cse_218 = (cse_206 * d87)
-            cse_219 = (cse_206 * d81)
-            cse_220 = (cse_206 * d70)
-            cse_221 = (cse_206 * d71)
-            cse_222 = (cse_206 * d72)
-            cse_223 = (cse_206 * d73)
-            cse_224 = (cse_206 * d74)
-            cse_225 = (cse_206 * d75)
-            d107 = (cse_202 * d92)
-            d108 = (cse_202 * d93)
-            d109 = (cse_202 * d98)
-            d110 = d41
-            d111 = d43
-            d112 = d56
-            d113 = d92
-            d114 = d93
-            d115 = d98
-            d116 = (cse_178 * cse_44)
-            d117 = (cse_179 * cse_56)
-            d118 = (cse_179 * cse_59)
-            d119 = (-d106)
-            d120 = (cse_179 * cse_42)
-            d121 = (cse_179 * cse_55)
-            d122 = (cse_179 * cse_58)
-            d123 = (-d103)
-            d124 = (-d104)
-            d125 = (-d105)
-            d126 = (cse_207 + cse_208 + (cse_209 * d70))
-            d127 = (cse_210 + cse_211 + (cse_209 * d71))
-            d128 = (cse_212 + cse_213 + (cse_209 * d72))
-            d129 = (cse_214 + cse_215 + (cse_209 * d73))
-            d130 = (cse_216 + cse_217 + (cse_209 * d74))
-            d131 = (cse_218 + cse_219 + (cse_209 * d75))
-            d132 = (cse_207 + cse_220 + (cse_209 * d76))
-            d133 = (cse_210 + cse_221 + (cse_209 * d77))
-            d134 = (cse_213 + cse_222 + (cse_209 * d78))
-            d135 = (cse_214 + cse_223 + (cse_209 * d79))
-            d136 = (cse_216 + cse_224 + (cse_209 * d80))
-            d137 = (cse_218 + cse_225 + (cse_209 * d81))
-            d138 = (cse_208 + cse_220 + (cse_209 * d82))
-            d139 = (cse_211 + cse_221 + (cse_209 * d83))
-            d140 = (cse_212 + cse_222 + (cse_209 * d84))
-            d141 = (cse_215 + cse_223 + (cse_209 * d85))
-            d142 = (cse_217 + cse_224 + (cse_209 * d86))
-            d143 = (cse_219 + cse_225 + (cse_209 * d87))
-            d144 = (cse_202 * d88)
-            d145 = (cse_202 * d89)
-            d146 = (cse_202 * d90)
-            d147 = (cse_202 * d91)
-            d148 = (cse_202 * d94)
-            d149 = (cse_202 * d95)
-            d150 = (cse_202 * d96)
-            d151 = d107
-            d152 = (cse_202 * d97)
-            d153 = (cse_202 * d99)
-            d154 = (cse_202 * d100)
-            d155 = (cse_202 * d101)
-            d156 = d108
-            d157 = d109
-            d158 = (cse_202 * d102)
+            dcse_32 = (cse_23 * cse_28)
+            dcse_33 = (cse_19 * dcse_32)
+            dcse_34 = (K2 * dcse_33)
+            dcse_116 = tl.where(cse_26 > 0.0, 1.0, 0.0)
+            dcse_118 = _mc_sdiv(K5, cse_24)
+            dcse_135 = tl.where(dcse_116 == 0.0, K7, dcse_118)
+            dcse_136 = tl.where(dcse_116 == 0.0, K7, cse_19)
+            dcse_35 = (dcse_116 * dcse_135 * dcse_136)
+            dcse_36 = tl.where(cse_27 == 0.0, K7, dcse_118)
+            dcse_37 = tl.where(cse_27 == 0.0, K7, _mc_sdiv(K5, (cse_18 * cse_18)))
+            dcse_38 = (cse_30 * dcse_37)
+            dcse_39 = (dcse_36 * dcse_38)
+            dcse_40 = (dcse_39 - dcse_35)
+            dcse_41 = (K9 * dcse_33)
+            dcse_42 = (-dcse_41)
+            dcse_43 = (cse_17 * dcse_40)
+            dcse_44 = (cse_15 * dcse_40)
+            dcse_45 = (cse_3 * dcse_40)
+            dcse_117 = (cse_14 + cse_16 - (K8 * cse_0))
+            dcse_46 = (dcse_117 * dcse_45)
+            dcse_119 = (cse_14 + cse_6 - (K8 * cse_1))
+            dcse_47 = (dcse_119 * dcse_45)
+            dcse_120 = (cse_16 + cse_6 - (K8 * cse_2))
+            dcse_48 = (dcse_120 * dcse_45)
+            dcse_49 = (dcse_32 * dcse_37)
+            dcse_50 = (dcse_36 * dcse_49)
+            dcse_51 = (dcse_50 - (K3 * dcse_116 * dcse_135 * dcse_136))
+            dcse_52 = (-dcse_51)
+            dcse_53 = (cse_10 * dcse_52)
+            dcse_54 = (cse_4 * dcse_40)
+            dcse_55 = (dcse_117 * dcse_54)
+            dcse_56 = (dcse_119 * dcse_54)
+            dcse_57 = (dcse_120 * dcse_54)
+            dcse_58 = (cse_11 * dcse_52)
+            dcse_59 = (cse_5 * dcse_40)
+            dcse_60 = (dcse_117 * dcse_59)
+            dcse_61 = (dcse_119 * dcse_59)
+            dcse_62 = (dcse_120 * dcse_59)
+            dcse_63 = (cse_12 * dcse_52)
+            dcse_64 = (-dcse_40)
+            dcse_65 = (cse_3 * dcse_64)
+            dcse_66 = (K5 - cse_31)
+            dcse_121 = (cse_3 * cse_4)
+            dcse_146 = (-(dcse_121 * dcse_50) + (K3 * cse_3 * cse_4 * dcse_116 * dcse_135 * dcse_136))
+            dcse_67 = (-dcse_146)
+            dcse_122 = (cse_3 * cse_5)
+            dcse_147 = (-(dcse_122 * dcse_50) + (K3 * cse_3 * cse_5 * dcse_116 * dcse_135 * dcse_136))
+            dcse_68 = (-dcse_147)
+            dcse_69 = (cse_4 * dcse_64)
+            dcse_123 = (cse_4 * cse_5)
+            dcse_148 = (-(dcse_123 * dcse_50) + (K3 * cse_4 * cse_5 * dcse_116 * dcse_135 * dcse_136))
+            dcse_70 = (-dcse_148)
+            dcse_71 = (cse_5 * dcse_64)
+            dcse_159 = _mc_sdiv(K5, cse_38)
+            dcse_79 = (dcse_116 * dcse_118 * dcse_159)
+            dcse_80 = (dcse_117 * dcse_79)
+            dcse_81 = (dcse_119 * dcse_79)
+            dcse_82 = (dcse_120 * dcse_79)
+            dcse_83 = (K3 * dcse_79)
+            dcse_84 = (cse_3 * dcse_83)
+            dcse_85 = (cse_4 * dcse_83)
+            dcse_86 = (cse_5 * dcse_83)
+            dcse_98 = (-K5 + cse_31)
+            dcse_105 = (cse_188 * dcse_98)
+            dcse_106 = (cse_188 * dcse_146)
+            dcse_107 = (cse_188 * dcse_147)
+            dcse_108 = (cse_188 * dcse_148)
+            dcse_124 = (cse_9 * dcse_117)
+            dcse_125 = (cse_9 * dcse_119)
+            dcse_126 = (cse_9 * dcse_120)
+            dcse_127 = (cse_17 * dcse_117)
+            dcse_128 = (cse_17 * dcse_119)
+            dcse_129 = (cse_17 * dcse_120)
+            dcse_130 = (cse_15 * dcse_117)
+            dcse_131 = (cse_15 * dcse_119)
+            dcse_132 = (cse_15 * dcse_120)
+            dcse_133 = (cse_188 + cse_195)
+            dcse_137 = (-(cse_3 * cse_9 * dcse_50) + (K3 * cse_3 * cse_9 * dcse_116 * dcse_135 * dcse_136))
+            dcse_138 = (-(cse_4 * cse_9 * dcse_50) + (K3 * cse_4 * cse_9 * dcse_116 * dcse_135 * dcse_136))
+            dcse_139 = (-(cse_5 * cse_9 * dcse_50) + (K3 * cse_5 * cse_9 * dcse_116 * dcse_135 * dcse_136))
+            dcse_140 = (-(cse_17 * cse_3 * dcse_50) + (K3 * cse_17 * cse_3 * dcse_116 * dcse_135 * dcse_136))
+            dcse_141 = (-(cse_17 * cse_4 * dcse_50) + (K3 * cse_17 * cse_4 * dcse_116 * dcse_135 * dcse_136))
+            dcse_142 = (-(cse_17 * cse_5 * dcse_50) + (K3 * cse_17 * cse_5 * dcse_116 * dcse_135 * dcse_136))
+            dcse_143 = (-(cse_15 * cse_3 * dcse_50) + (K3 * cse_15 * cse_3 * dcse_116 * dcse_135 * dcse_136))
+            dcse_144 = (-(cse_15 * cse_4 * dcse_50) + (K3 * cse_15 * cse_4 * dcse_116 * dcse_135 * dcse_136))
+            dcse_145 = (-(cse_15 * cse_5 * dcse_50) + (K3 * cse_15 * cse_5 * dcse_116 * dcse_135 * dcse_136))
+            dcse_149 = (K5 - dcse_34)
+            dcse_150 = (dcse_149 + (dcse_124 * dcse_35) - (dcse_124 * dcse_39))
+            dcse_151 = (dcse_41 + (dcse_125 * dcse_35) - (dcse_125 * dcse_39))
+            dcse_152 = (dcse_41 + (dcse_126 * dcse_35) - (dcse_126 * dcse_39))
+            dcse_153 = (dcse_41 + (dcse_127 * dcse_35) - (dcse_127 * dcse_39))
+            dcse_154 = (dcse_149 + (dcse_128 * dcse_35) - (dcse_128 * dcse_39))
+            dcse_155 = (dcse_41 + (dcse_129 * dcse_35) - (dcse_129 * dcse_39))
+            dcse_156 = (dcse_41 + (dcse_130 * dcse_35) - (dcse_130 * dcse_39))
+            dcse_157 = (dcse_41 + (dcse_131 * dcse_35) - (dcse_131 * dcse_39))
+            dcse_158 = (dcse_149 + (dcse_132 * dcse_35) - (dcse_132 * dcse_39))
+            dcse_160 = _mc_sdiv(cse_30, (cse_38 * cse_38))
         if V & 8:  # total
-            cse_150 = (cse_27 * cse_29 * (cse_20 * cse_20))
-            cse_151 = (cse_150 * cse_19)
-            cse_152 = (cse_20 * cse_41)
-            cse_153 = (cse_152 * cse_18)
-            cse_154 = (cse_153 * cse_19)
-            d159 = ((cse_154 * cse_9) - (cse_151 * cse_9))
-            d160 = ((cse_154 * cse_17) - (cse_151 * cse_17))
-            d161 = ((cse_15 * cse_154) - (cse_15 * cse_151))
-            d162 = ((cse_154 * cse_3) - (cse_151 * cse_3))
-            d163 = ((cse_154 * cse_4) - (cse_151 * cse_4))
-            d164 = ((cse_154 * cse_5) - (cse_151 * cse_5))
-            cse_161 = (cse_25 * cse_41)
-            cse_162 = (cse_161 * cse_19)
-            d165 = (-(cse_162 * cse_9) + (cse_19 * cse_20 * cse_27 * cse_9))
-            d166 = (-(cse_162 * cse_17) + (cse_17 * cse_19 * cse_20 * cse_27))
-            d167 = (-(cse_15 * cse_162) + (cse_15 * cse_19 * cse_20 * cse_27))
-            d168 = (-(cse_162 * cse_3) + (cse_19 * cse_20 * cse_27 * cse_3))
-            d169 = (-(cse_162 * cse_4) + (cse_19 * cse_20 * cse_27 * cse_4))
-            d170 = (-(cse_162 * cse_5) + (cse_19 * cse_20 * cse_27 * cse_5))
-            cse_169 = (K10 * cse_152 * cse_23)
-            cse_170 = (cse_169 * cse_19)
-            d171 = (-cse_170 * cse_9)
-            d172 = (-cse_17 * cse_170)
-            d173 = (-cse_15 * cse_170)
-            d174 = (-cse_170 * cse_3)
-            d175 = (-cse_170 * cse_4)
-            d176 = (-cse_170 * cse_5)
-            cse_229 = (cse_191 * cse_194)
-            cse_230 = (cse_187 * cse_229)
-            cse_231 = (p_E * (cse_187 * cse_187))
-            cse_232 = (cse_188 * cse_191)
-            cse_233 = ((cse_193 * cse_232) - (cse_229 * cse_231) + (cse_22 * cse_232 * (cse_193 * cse_193)))
-            d177 = (cse_177 * (cse_153 - cse_150))
-            d178 = (cse_177 * (-cse_161 + (cse_20 * cse_27)))
-            d179 = (-cse_169 * cse_177)
-            d180 = (cse_230 + (cse_185 * cse_187) + (cse_200 * d159))
-            d181 = (cse_230 + (cse_187 * cse_189) + (cse_200 * d160))
-            d182 = (cse_230 + (cse_187 * cse_190) + (cse_200 * d161))
-            d183 = ((cse_187 * cse_197) + (cse_202 * d162))
-            d184 = ((cse_187 * cse_198) + (cse_202 * d163))
-            d185 = ((cse_187 * cse_199) + (cse_202 * d164))
-            d186 = (cse_233 + (cse_200 * d165) - (cse_185 * cse_231))
-            d187 = (cse_233 + (cse_200 * d166) - (cse_189 * cse_231))
-            d188 = (cse_233 + (cse_200 * d167) - (cse_190 * cse_231))
-            d189 = ((cse_202 * d168) - (cse_197 * cse_231))
-            d190 = ((cse_202 * d169) - (cse_198 * cse_231))
-            d191 = ((cse_202 * d170) - (cse_199 * cse_231))
-            d192 = (cse_200 * d171)
-            d193 = (cse_200 * d172)
-            d194 = (cse_200 * d173)
-            d195 = (cse_202 * d174)
-            d196 = (cse_202 * d175)
-            d197 = (cse_202 * d176)
+            dcse_72 = (cse_20 * dcse_116)
+            dcse_73 = ((cse_18 * dcse_72) - (cse_27 * cse_29 * (cse_20 * cse_20)))
+            dcse_74 = (cse_19 * dcse_73)
+            dcse_75 = ((cse_20 * cse_27) - (cse_25 * dcse_116))
+            dcse_76 = (cse_19 * dcse_75)
+            dcse_77 = (K10 * cse_23 * dcse_72)
+            dcse_78 = (cse_19 * dcse_77)
+            dcse_109 = (cse_191 * cse_194)
+            dcse_110 = (cse_188 * cse_19)
+            dcse_111 = (-dcse_110 * dcse_73)
+            dcse_112 = (p_E * (cse_187 * cse_187))
+            dcse_113 = (-dcse_75)
+            dcse_114 = (dcse_110 * dcse_113)
+            dcse_115 = (dcse_110 * dcse_77)
+            dcse_134 = (cse_188 * cse_191)
+            dcse_161 = ((cse_193 * dcse_134) - (dcse_109 * dcse_112) + (cse_22 * dcse_134 * (cse_193 * cse_193)))
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
             _row15 = _mc_row32(
-                tl.where(fin, d1, K0), tl.where(fin, d3, K0), tl.where(fin, d5, K0), tl.where(fin, d7, K0),
-                tl.where(fin, d9, K0), tl.where(fin, d11, K0), tl.where(fin, K7, K0), tl.where(fin, d70, K0),
-                tl.where(fin, d71, K0), tl.where(fin, d72, K0), tl.where(fin, d73, K0), tl.where(fin, d74, K0),
-                tl.where(fin, d75, K0), tl.where(fin, K7, K0), tl.where(fin, d13, K0), tl.where(fin, d15, K0),
-                tl.where(fin, d17, K0), tl.where(fin, d19, K0), tl.where(fin, d21, K0), tl.where(fin, d23, K0),
-                tl.where(fin, K7, K0), tl.where(fin, d76, K0), tl.where(fin, d77, K0), tl.where(fin, d78, K0),
-                tl.where(fin, d79, K0), tl.where(fin, d80, K0), tl.where(fin, d81, K0), tl.where(fin, K7, K0),
-                tl.where(fin, d25, K0), tl.where(fin, d27, K0), tl.where(fin, d29, K0), tl.where(fin, d31, K0), BLOCK)
+                tl.where(fin, (dcse_34 + (cse_9 * dcse_117 * dcse_40)), K0), tl.where(fin, (-dcse_41 + (cse_9 * dcse_119 * dcse_40)), K0), tl.where(fin, (-dcse_41 + (cse_9 * dcse_120 * dcse_40)), K0), tl.where(fin, dcse_137, K0),
+                tl.where(fin, dcse_138, K0), tl.where(fin, dcse_139, K0), tl.where(fin, K7, K0), tl.where(fin, dcse_150, K0),
+                tl.where(fin, dcse_151, K0), tl.where(fin, dcse_152, K0), tl.where(fin, (-dcse_137), K0), tl.where(fin, (-dcse_138), K0),
+                tl.where(fin, (-dcse_139), K0), tl.where(fin, K7, K0), tl.where(fin, (dcse_42 + (dcse_117 * dcse_43)), K0), tl.where(fin, (dcse_34 + (dcse_119 * dcse_43)), K0),
+                tl.where(fin, (dcse_42 + (dcse_120 * dcse_43)), K0), tl.where(fin, dcse_140, K0), tl.where(fin, dcse_141, K0), tl.where(fin, dcse_142, K0),
+                tl.where(fin, K7, K0), tl.where(fin, dcse_153, K0), tl.where(fin, dcse_154, K0), tl.where(fin, dcse_155, K0),
+                tl.where(fin, (-dcse_140), K0), tl.where(fin, (-dcse_141), K0), tl.where(fin, (-dcse_142), K0), tl.where(fin, K7, K0),
+                tl.where(fin, (dcse_42 + (dcse_117 * dcse_44)), K0), tl.where(fin, (dcse_42 + (dcse_119 * dcse_44)), K0), tl.where(fin, (dcse_34 + (dcse_120 * dcse_44)), K0), tl.where(fin, dcse_143, K0), BLOCK)
             _k16 = tl.arange(0, 32)[None, :]
             tl.store(J + row[:, None] * j_stride + _k16 + (_k16 // 14) * (3 * (V // 8)), _row15, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row17 = _mc_row32(
-                tl.where(fin, d33, K0), tl.where(fin, d35, K0), tl.where(fin, K7, K0), tl.where(fin, d82, K0),
-                tl.where(fin, d83, K0), tl.where(fin, d84, K0), tl.where(fin, d85, K0), tl.where(fin, d86, K0),
-                tl.where(fin, d87, K0), tl.where(fin, K7, K0), tl.where(fin, d37, K0), tl.where(fin, d39, K0),
-                tl.where(fin, d45, K0), tl.where(fin, d47, K0), tl.where(fin, d41, K0), tl.where(fin, d43, K0),
-                tl.where(fin, K7, K0), tl.where(fin, d88, K0), tl.where(fin, d89, K0), tl.where(fin, d90, K0),
-                tl.where(fin, d91, K0), tl.where(fin, d92, K0), tl.where(fin, d93, K0), tl.where(fin, K7, K0),
-                tl.where(fin, d49, K0), tl.where(fin, d51, K0), tl.where(fin, d53, K0), tl.where(fin, d110, K0),
-                tl.where(fin, d58, K0), tl.where(fin, d56, K0), tl.where(fin, K7, K0), tl.where(fin, d94, K0), BLOCK)
+                tl.where(fin, dcse_144, K0), tl.where(fin, dcse_145, K0), tl.where(fin, K7, K0), tl.where(fin, dcse_156, K0),
+                tl.where(fin, dcse_157, K0), tl.where(fin, dcse_158, K0), tl.where(fin, (-dcse_143), K0), tl.where(fin, (-dcse_144), K0),
+                tl.where(fin, (-dcse_145), K0), tl.where(fin, K7, K0), tl.where(fin, dcse_46, K0), tl.where(fin, dcse_47, K0),
+                tl.where(fin, dcse_48, K0), tl.where(fin, (cse_31 + dcse_53), K0), tl.where(fin, dcse_146, K0), tl.where(fin, dcse_147, K0),
+                tl.where(fin, K7, K0), tl.where(fin, (dcse_117 * dcse_65), K0), tl.where(fin, (dcse_119 * dcse_65), K0), tl.where(fin, (dcse_120 * dcse_65), K0),
+                tl.where(fin, (dcse_66 + (cse_10 * dcse_51)), K0), tl.where(fin, dcse_67, K0), tl.where(fin, dcse_68, K0), tl.where(fin, K7, K0),
+                tl.where(fin, dcse_55, K0), tl.where(fin, dcse_56, K0), tl.where(fin, dcse_57, K0), tl.where(fin, dcse_146, K0),
+                tl.where(fin, (cse_31 + dcse_58), K0), tl.where(fin, dcse_148, K0), tl.where(fin, K7, K0), tl.where(fin, (dcse_117 * dcse_69), K0), BLOCK)
             _k18 = tl.arange(0, 32)[None, :] + 32
             tl.store(J + row[:, None] * j_stride + _k18 + (_k18 // 14) * (3 * (V // 8)), _row17, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row19 = _mc_row32(
-                tl.where(fin, d95, K0), tl.where(fin, d96, K0), tl.where(fin, d113, K0), tl.where(fin, d97, K0),
-                tl.where(fin, d98, K0), tl.where(fin, K7, K0), tl.where(fin, d60, K0), tl.where(fin, d62, K0),
-                tl.where(fin, d64, K0), tl.where(fin, d111, K0), tl.where(fin, d112, K0), tl.where(fin, d68, K0),
-                tl.where(fin, K7, K0), tl.where(fin, d99, K0), tl.where(fin, d100, K0), tl.where(fin, d101, K0),
-                tl.where(fin, d114, K0), tl.where(fin, d115, K0), tl.where(fin, d102, K0), tl.where(fin, K7, K0),
-                tl.where(fin, d116, K0), tl.where(fin, d117, K0), tl.where(fin, d118, K0), tl.where(fin, d103, K0),
-                tl.where(fin, d104, K0), tl.where(fin, d105, K0), tl.where(fin, d119, K0), tl.where(fin, d120, K0),
-                tl.where(fin, d121, K0), tl.where(fin, d122, K0), tl.where(fin, d123, K0), tl.where(fin, d124, K0), BLOCK)
+                tl.where(fin, (dcse_119 * dcse_69), K0), tl.where(fin, (dcse_120 * dcse_69), K0), tl.where(fin, dcse_67, K0), tl.where(fin, (dcse_66 + (cse_11 * dcse_51)), K0),
+                tl.where(fin, dcse_70, K0), tl.where(fin, K7, K0), tl.where(fin, dcse_60, K0), tl.where(fin, dcse_61, K0),
+                tl.where(fin, dcse_62, K0), tl.where(fin, dcse_147, K0), tl.where(fin, dcse_148, K0), tl.where(fin, (cse_31 + dcse_63), K0),
+                tl.where(fin, K7, K0), tl.where(fin, (dcse_117 * dcse_71), K0), tl.where(fin, (dcse_119 * dcse_71), K0), tl.where(fin, (dcse_120 * dcse_71), K0),
+                tl.where(fin, dcse_68, K0), tl.where(fin, dcse_70, K0), tl.where(fin, (dcse_66 + (cse_12 * dcse_51)), K0), tl.where(fin, K7, K0),
+                tl.where(fin, (-dcse_80), K0), tl.where(fin, (-dcse_81), K0), tl.where(fin, (-dcse_82), K0), tl.where(fin, dcse_84, K0),
+                tl.where(fin, dcse_85, K0), tl.where(fin, dcse_86, K0), tl.where(fin, (-dcse_160), K0), tl.where(fin, dcse_80, K0),
+                tl.where(fin, dcse_81, K0), tl.where(fin, dcse_82, K0), tl.where(fin, (-dcse_84), K0), tl.where(fin, (-dcse_85), K0), BLOCK)
             _k20 = tl.arange(0, 32)[None, :] + 64
             tl.store(J + row[:, None] * j_stride + _k20 + (_k20 // 14) * (3 * (V // 8)), _row19, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row21 = _mc_row32(
-                tl.where(fin, d125, K0), tl.where(fin, d106, K0), tl.where(fin, d2, K0), tl.where(fin, d4, K0),
-                tl.where(fin, d6, K0), tl.where(fin, d8, K0), tl.where(fin, d10, K0), tl.where(fin, d12, K0),
-                tl.where(fin, K7, K0), tl.where(fin, d126, K0), tl.where(fin, d127, K0), tl.where(fin, d128, K0),
-                tl.where(fin, d129, K0), tl.where(fin, d130, K0), tl.where(fin, d131, K0), tl.where(fin, K7, K0),
-                tl.where(fin, d14, K0), tl.where(fin, d16, K0), tl.where(fin, d18, K0), tl.where(fin, d20, K0),
-                tl.where(fin, d22, K0), tl.where(fin, d24, K0), tl.where(fin, K7, K0), tl.where(fin, d132, K0),
-                tl.where(fin, d133, K0), tl.where(fin, d134, K0), tl.where(fin, d135, K0), tl.where(fin, d136, K0),
-                tl.where(fin, d137, K0), tl.where(fin, K7, K0), tl.where(fin, d26, K0), tl.where(fin, d28, K0), BLOCK)
+                tl.where(fin, (-dcse_86), K0), tl.where(fin, dcse_160, K0), tl.where(fin, (dcse_202 + (dcse_171 * dcse_191)), K0), tl.where(fin, (dcse_203 + (dcse_171 * dcse_192)), K0),
+                tl.where(fin, (dcse_203 + (dcse_171 * dcse_193)), K0), tl.where(fin, (cse_3 * dcse_175), K0), tl.where(fin, (cse_4 * dcse_175), K0), tl.where(fin, (cse_5 * dcse_175), K0),
+                tl.where(fin, K7, K0), tl.where(fin, ((cse_195 * (-dcse_153 - dcse_156)) - (dcse_133 * dcse_150)), K0), tl.where(fin, ((cse_195 * (-dcse_154 - dcse_157)) - (dcse_133 * dcse_151)), K0), tl.where(fin, ((cse_195 * (-dcse_155 - dcse_158)) - (dcse_133 * dcse_152)), K0),
+                tl.where(fin, ((cse_195 * (dcse_140 + dcse_143)) + (dcse_133 * dcse_137)), K0), tl.where(fin, ((cse_195 * (dcse_141 + dcse_144)) + (dcse_133 * dcse_138)), K0), tl.where(fin, ((cse_195 * (dcse_142 + dcse_145)) + (dcse_133 * dcse_139)), K0), tl.where(fin, K7, K0),
+                tl.where(fin, (dcse_203 + (dcse_176 * dcse_191)), K0), tl.where(fin, (dcse_202 + (dcse_176 * dcse_192)), K0), tl.where(fin, (dcse_203 + (dcse_176 * dcse_193)), K0), tl.where(fin, (cse_3 * dcse_177), K0),
+                tl.where(fin, (cse_4 * dcse_177), K0), tl.where(fin, (cse_5 * dcse_177), K0), tl.where(fin, K7, K0), tl.where(fin, ((cse_195 * (-dcse_150 - dcse_156)) - (dcse_133 * dcse_153)), K0),
+                tl.where(fin, ((cse_195 * (-dcse_151 - dcse_157)) - (dcse_133 * dcse_154)), K0), tl.where(fin, ((cse_195 * (-dcse_152 - dcse_158)) - (dcse_133 * dcse_155)), K0), tl.where(fin, ((cse_195 * (dcse_137 + dcse_143)) + (dcse_133 * dcse_140)), K0), tl.where(fin, ((cse_195 * (dcse_138 + dcse_144)) + (dcse_133 * dcse_141)), K0),
+                tl.where(fin, ((cse_195 * (dcse_139 + dcse_145)) + (dcse_133 * dcse_142)), K0), tl.where(fin, K7, K0), tl.where(fin, (dcse_203 + (dcse_178 * dcse_191)), K0), tl.where(fin, (dcse_203 + (dcse_178 * dcse_192)), K0), BLOCK)
             _k22 = tl.arange(0, 32)[None, :] + 96
             tl.store(J + row[:, None] * j_stride + _k22 + (_k22 // 14) * (3 * (V // 8)), _row21, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row23 = _mc_row32(
-                tl.where(fin, d30, K0), tl.where(fin, d32, K0), tl.where(fin, d34, K0), tl.where(fin, d36, K0),
-                tl.where(fin, K7, K0), tl.where(fin, d138, K0), tl.where(fin, d139, K0), tl.where(fin, d140, K0),
-                tl.where(fin, d141, K0), tl.where(fin, d142, K0), tl.where(fin, d143, K0), tl.where(fin, K7, K0),
-                tl.where(fin, d38, K0), tl.where(fin, d40, K0), tl.where(fin, d46, K0), tl.where(fin, d48, K0),
-                tl.where(fin, d42, K0), tl.where(fin, d44, K0), tl.where(fin, K7, K0), tl.where(fin, d144, K0),
-                tl.where(fin, d145, K0), tl.where(fin, d146, K0), tl.where(fin, d147, K0), tl.where(fin, d107, K0),
-                tl.where(fin, d108, K0), tl.where(fin, K7, K0), tl.where(fin, d50, K0), tl.where(fin, d52, K0),
-                tl.where(fin, d54, K0), tl.where(fin, d55, K0), tl.where(fin, d59, K0), tl.where(fin, d57, K0), BLOCK)
+                tl.where(fin, (dcse_202 + (dcse_178 * dcse_193)), K0), tl.where(fin, (cse_3 * dcse_179), K0), tl.where(fin, (cse_4 * dcse_179), K0), tl.where(fin, (cse_5 * dcse_179), K0),
+                tl.where(fin, K7, K0), tl.where(fin, ((cse_195 * (-dcse_150 - dcse_153)) - (dcse_133 * dcse_156)), K0), tl.where(fin, ((cse_195 * (-dcse_151 - dcse_154)) - (dcse_133 * dcse_157)), K0), tl.where(fin, ((cse_195 * (-dcse_152 - dcse_155)) - (dcse_133 * dcse_158)), K0),
+                tl.where(fin, ((cse_195 * (dcse_137 + dcse_140)) + (dcse_133 * dcse_143)), K0), tl.where(fin, ((cse_195 * (dcse_138 + dcse_141)) + (dcse_133 * dcse_144)), K0), tl.where(fin, ((cse_195 * (dcse_139 + dcse_142)) + (dcse_133 * dcse_145)), K0), tl.where(fin, K7, K0),
+                tl.where(fin, (dcse_180 * dcse_191), K0), tl.where(fin, (dcse_180 * dcse_192), K0), tl.where(fin, (dcse_180 * dcse_193), K0), tl.where(fin, (dcse_181 + (cse_10 * dcse_174)), K0),
+                tl.where(fin, dcse_182, K0), tl.where(fin, dcse_183, K0), tl.where(fin, K7, K0), tl.where(fin, (cse_188 * dcse_46), K0),
+                tl.where(fin, (cse_188 * dcse_47), K0), tl.where(fin, (cse_188 * dcse_48), K0), tl.where(fin, (dcse_105 + (cse_188 * dcse_53)), K0), tl.where(fin, dcse_106, K0),
+                tl.where(fin, dcse_107, K0), tl.where(fin, K7, K0), tl.where(fin, (dcse_184 * dcse_191), K0), tl.where(fin, (dcse_184 * dcse_192), K0),
+                tl.where(fin, (dcse_184 * dcse_193), K0), tl.where(fin, dcse_182, K0), tl.where(fin, (dcse_181 + (cse_11 * dcse_174)), K0), tl.where(fin, dcse_185, K0), BLOCK)
             _k24 = tl.arange(0, 32)[None, :] + 128
             tl.store(J + row[:, None] * j_stride + _k24 + (_k24 // 14) * (3 * (V // 8)), _row23, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _zero25 = tl.zeros([BLOCK], dtype=DTYPE)
             _row26 = _mc_row32(
-                tl.where(fin, K7, K0), tl.where(fin, d148, K0), tl.where(fin, d149, K0), tl.where(fin, d150, K0),
-                tl.where(fin, d151, K0), tl.where(fin, d152, K0), tl.where(fin, d109, K0), tl.where(fin, K7, K0),
-                tl.where(fin, d61, K0), tl.where(fin, d63, K0), tl.where(fin, d65, K0), tl.where(fin, d66, K0),
-                tl.where(fin, d67, K0), tl.where(fin, d69, K0), tl.where(fin, K7, K0), tl.where(fin, d153, K0),
-                tl.where(fin, d154, K0), tl.where(fin, d155, K0), tl.where(fin, d156, K0), tl.where(fin, d157, K0),
-                tl.where(fin, d158, K0), tl.where(fin, K7, K0), _zero25, _zero25,
+                tl.where(fin, K7, K0), tl.where(fin, (cse_188 * dcse_55), K0), tl.where(fin, (cse_188 * dcse_56), K0), tl.where(fin, (cse_188 * dcse_57), K0),
+                tl.where(fin, dcse_106, K0), tl.where(fin, (dcse_105 + (cse_188 * dcse_58)), K0), tl.where(fin, dcse_108, K0), tl.where(fin, K7, K0),
+                tl.where(fin, (dcse_186 * dcse_191), K0), tl.where(fin, (dcse_186 * dcse_192), K0), tl.where(fin, (dcse_186 * dcse_193), K0), tl.where(fin, dcse_183, K0),
+                tl.where(fin, dcse_185, K0), tl.where(fin, (dcse_181 + (cse_12 * dcse_174)), K0), tl.where(fin, K7, K0), tl.where(fin, (cse_188 * dcse_60), K0),
+                tl.where(fin, (cse_188 * dcse_61), K0), tl.where(fin, (cse_188 * dcse_62), K0), tl.where(fin, dcse_107, K0), tl.where(fin, dcse_108, K0),
+                tl.where(fin, (dcse_105 + (cse_188 * dcse_63)), K0), tl.where(fin, K7, K0), _zero25, _zero25,
                 _zero25, _zero25, _zero25, _zero25,
                 _zero25, _zero25, _zero25, _zero25, BLOCK)
             _k27 = tl.arange(0, 32)[None, :] + 160
             tl.store(J + row[:, None] * j_stride + _k27 + (_k27 // 14) * (3 * (V // 8)), _row26, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 22))
             if V & 8:
                 _k28 = tl.arange(0, 4)[None, :]
-                tl.store(J + row[:, None] * j_stride + (_k28 // 3) * 17 + 14 + _k28 % 3, _mc_row4(tl.where(fin, d159, K0), tl.where(fin, d165, K0), tl.where(fin, d171, K0), tl.where(fin, d160, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k28 // 3) * 17 + 14 + _k28 % 3, _mc_row4(tl.where(fin, (cse_9 * dcse_74), K0), tl.where(fin, (cse_9 * dcse_76), K0), tl.where(fin, (-cse_9 * dcse_78), K0), tl.where(fin, (cse_17 * dcse_74), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k29 = tl.arange(0, 4)[None, :] + 4
-                tl.store(J + row[:, None] * j_stride + (_k29 // 3) * 17 + 14 + _k29 % 3, _mc_row4(tl.where(fin, d166, K0), tl.where(fin, d172, K0), tl.where(fin, d161, K0), tl.where(fin, d167, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k29 // 3) * 17 + 14 + _k29 % 3, _mc_row4(tl.where(fin, (cse_17 * dcse_76), K0), tl.where(fin, (-cse_17 * dcse_78), K0), tl.where(fin, (cse_15 * dcse_74), K0), tl.where(fin, (cse_15 * dcse_76), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k30 = tl.arange(0, 4)[None, :] + 8
-                tl.store(J + row[:, None] * j_stride + (_k30 // 3) * 17 + 14 + _k30 % 3, _mc_row4(tl.where(fin, d173, K0), tl.where(fin, d162, K0), tl.where(fin, d168, K0), tl.where(fin, d174, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k30 // 3) * 17 + 14 + _k30 % 3, _mc_row4(tl.where(fin, (-cse_15 * dcse_78), K0), tl.where(fin, (cse_3 * dcse_74), K0), tl.where(fin, (cse_3 * dcse_76), K0), tl.where(fin, (-cse_3 * dcse_78), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k31 = tl.arange(0, 4)[None, :] + 12
-                tl.store(J + row[:, None] * j_stride + (_k31 // 3) * 17 + 14 + _k31 % 3, _mc_row4(tl.where(fin, d163, K0), tl.where(fin, d169, K0), tl.where(fin, d175, K0), tl.where(fin, d164, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k31 // 3) * 17 + 14 + _k31 % 3, _mc_row4(tl.where(fin, (cse_4 * dcse_74), K0), tl.where(fin, (cse_4 * dcse_76), K0), tl.where(fin, (-cse_4 * dcse_78), K0), tl.where(fin, (cse_5 * dcse_74), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k32 = tl.arange(0, 4)[None, :] + 16
-                tl.store(J + row[:, None] * j_stride + (_k32 // 3) * 17 + 14 + _k32 % 3, _mc_row4(tl.where(fin, d170, K0), tl.where(fin, d176, K0), tl.where(fin, d177, K0), tl.where(fin, d178, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k32 // 3) * 17 + 14 + _k32 % 3, _mc_row4(tl.where(fin, (cse_5 * dcse_76), K0), tl.where(fin, (-cse_5 * dcse_78), K0), tl.where(fin, (dcse_159 * dcse_73), K0), tl.where(fin, (dcse_159 * dcse_75), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k33 = tl.arange(0, 4)[None, :] + 20
-                tl.store(J + row[:, None] * j_stride + (_k33 // 3) * 17 + 14 + _k33 % 3, _mc_row4(tl.where(fin, d179, K0), tl.where(fin, d180, K0), tl.where(fin, d186, K0), tl.where(fin, d192, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k33 // 3) * 17 + 14 + _k33 % 3, _mc_row4(tl.where(fin, (-dcse_159 * dcse_77), K0), tl.where(fin, ((cse_187 * (cse_185 + dcse_109)) + (cse_9 * dcse_111)), K0), tl.where(fin, (dcse_161 + (cse_9 * dcse_114) - (cse_185 * dcse_112)), K0), tl.where(fin, (cse_9 * dcse_115), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k34 = tl.arange(0, 4)[None, :] + 24
-                tl.store(J + row[:, None] * j_stride + (_k34 // 3) * 17 + 14 + _k34 % 3, _mc_row4(tl.where(fin, d181, K0), tl.where(fin, d187, K0), tl.where(fin, d193, K0), tl.where(fin, d182, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k34 // 3) * 17 + 14 + _k34 % 3, _mc_row4(tl.where(fin, ((cse_17 * dcse_111) + (cse_187 * (cse_189 + dcse_109))), K0), tl.where(fin, (dcse_161 + (cse_17 * dcse_114) - (cse_189 * dcse_112)), K0), tl.where(fin, (cse_17 * dcse_115), K0), tl.where(fin, ((cse_15 * dcse_111) + (cse_187 * (cse_190 + dcse_109))), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k35 = tl.arange(0, 4)[None, :] + 28
-                tl.store(J + row[:, None] * j_stride + (_k35 // 3) * 17 + 14 + _k35 % 3, _mc_row4(tl.where(fin, d188, K0), tl.where(fin, d194, K0), tl.where(fin, d183, K0), tl.where(fin, d189, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k35 // 3) * 17 + 14 + _k35 % 3, _mc_row4(tl.where(fin, (dcse_161 + (cse_15 * dcse_114) - (cse_190 * dcse_112)), K0), tl.where(fin, (cse_15 * dcse_115), K0), tl.where(fin, ((cse_187 * cse_197) + (cse_3 * dcse_111)), K0), tl.where(fin, (-(cse_197 * dcse_112) + (cse_188 * cse_19 * cse_3 * dcse_113)), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k36 = tl.arange(0, 4)[None, :] + 32
-                tl.store(J + row[:, None] * j_stride + (_k36 // 3) * 17 + 14 + _k36 % 3, _mc_row4(tl.where(fin, d195, K0), tl.where(fin, d184, K0), tl.where(fin, d190, K0), tl.where(fin, d196, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k36 // 3) * 17 + 14 + _k36 % 3, _mc_row4(tl.where(fin, (cse_3 * dcse_115), K0), tl.where(fin, ((cse_187 * cse_198) + (cse_4 * dcse_111)), K0), tl.where(fin, (-(cse_198 * dcse_112) + (cse_188 * cse_19 * cse_4 * dcse_113)), K0), tl.where(fin, (cse_4 * dcse_115), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _zero37 = tl.zeros([BLOCK], dtype=DTYPE)
                 _k38 = tl.arange(0, 4)[None, :] + 36
-                tl.store(J + row[:, None] * j_stride + (_k38 // 3) * 17 + 14 + _k38 % 3, _mc_row4(tl.where(fin, d185, K0), tl.where(fin, d191, K0), tl.where(fin, d197, K0), _zero37, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
+                tl.store(J + row[:, None] * j_stride + (_k38 // 3) * 17 + 14 + _k38 % 3, _mc_row4(tl.where(fin, ((cse_187 * cse_199) + (cse_5 * dcse_111)), K0), tl.where(fin, (-(cse_199 * dcse_112) + (cse_188 * cse_19 * cse_5 * dcse_113)), K0), tl.where(fin, (cse_5 * dcse_115), K0), _zero37, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
 else:
     _kernel = None
 
@@ -1235,7 +1037,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         mc_z[l] = z;
     }
     real o_y[13 * MC_W];
-    real o_j[197 * MC_W];
+    real o_j[188 * MC_W];
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real old_state_internal_Ep_0 = (v_x2 + 0 * MC_W)[l];
@@ -1333,383 +1135,342 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         o_y[11 * MC_W + l] = state_S_4;
         const real state_S_5 = (cse_188 * cse_199);
         o_y[12 * MC_W + l] = state_S_5;
-        const real cse_39 = (cse_19 * cse_23 * cse_28);
-        const real cse_40 = (((real)0.3333333333333333) * cse_39);
-        const real cse_41 = (cse_26 > 0 ? 1 : 0);
-        const real cse_42 = (cse_14 + cse_16 - (((real)1.3333333333333333) * cse_0));
-        const real cse_43 = (-cse_42);
-        const real cse_44 = (cse_41 * cse_43);
-        const real cse_45 = mc_sdiv(((real)1.0), cse_24);
-        const real cse_46 = (cse_41 == 0 ? ((real)0.0) : cse_45);
-        const real cse_47 = (cse_41 == 0 ? ((real)0.0) : cse_19);
-        const real cse_48 = (cse_46 * cse_47);
-        const real cse_49 = (cse_48 * cse_9);
-        const real cse_50 = ((cse_27 == 0 ? ((real)0.0) : cse_45) * (cse_27 == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (cse_18 * cse_18))));
-        const real cse_51 = (cse_30 * cse_50);
-        const real cse_52 = (cse_51 * cse_9);
-        const real d1 = (cse_40 + (cse_44 * cse_49) - (cse_43 * cse_52));
-        if (V & 14) if (V & 12) o_j[36 * MC_W + l] = d1;
-        const real cse_54 = (((real)0.16666666666666666) * cse_39);
-        const real cse_55 = (cse_14 + cse_6 - (((real)1.3333333333333333) * cse_1));
-        const real cse_56 = (-cse_55);
-        const real d2 = (-cse_54 - (cse_52 * cse_56) + (cse_41 * cse_46 * cse_47 * cse_56 * cse_9));
-        if (V & 14) if (V & 12) o_j[37 * MC_W + l] = d2;
-        const real cse_58 = (cse_16 + cse_6 - (((real)1.3333333333333333) * cse_2));
-        const real cse_59 = (-cse_58);
-        const real d3 = (-cse_54 - (cse_52 * cse_59) + (cse_41 * cse_46 * cse_47 * cse_59 * cse_9));
-        if (V & 14) if (V & 12) o_j[38 * MC_W + l] = d3;
-        const real cse_61 = (cse_41 * cse_49);
-        const real cse_62 = (((real)2.0) * cse_61);
-        const real cse_63 = (cse_23 * cse_28 * cse_50);
-        const real cse_64 = (cse_63 * cse_9);
-        const real d4 = ((cse_3 * cse_62) - (cse_3 * cse_64));
-        if (V & 14) if (V & 12) o_j[39 * MC_W + l] = d4;
-        const real d5 = ((cse_4 * cse_62) - (cse_4 * cse_64));
-        if (V & 14) if (V & 12) o_j[40 * MC_W + l] = d5;
-        const real d6 = ((cse_5 * cse_62) - (cse_5 * cse_64));
-        if (V & 14) if (V & 12) o_j[41 * MC_W + l] = d6;
-        const real cse_68 = (cse_17 * cse_51);
-        const real d7 = (-cse_54 - (cse_43 * cse_68) + (cse_17 * cse_41 * cse_43 * cse_46 * cse_47));
-        if (V & 14) if (V & 12) o_j[48 * MC_W + l] = d7;
-        const real cse_70 = (cse_17 * cse_41 * cse_48);
-        const real d8 = (cse_40 + (cse_56 * cse_70) - (cse_56 * cse_68));
-        if (V & 14) if (V & 12) o_j[49 * MC_W + l] = d8;
-        const real d9 = (-cse_54 - (cse_59 * cse_68) + (cse_17 * cse_41 * cse_46 * cse_47 * cse_59));
-        if (V & 14) if (V & 12) o_j[50 * MC_W + l] = d9;
-        const real cse_73 = (((real)2.0) * cse_70);
-        const real cse_74 = (cse_17 * cse_63);
-        const real d10 = ((cse_3 * cse_73) - (cse_3 * cse_74));
-        if (V & 14) if (V & 12) o_j[51 * MC_W + l] = d10;
-        const real d11 = ((cse_4 * cse_73) - (cse_4 * cse_74));
-        if (V & 14) if (V & 12) o_j[52 * MC_W + l] = d11;
-        const real d12 = ((cse_5 * cse_73) - (cse_5 * cse_74));
-        if (V & 14) if (V & 12) o_j[53 * MC_W + l] = d12;
-        const real cse_78 = (cse_15 * cse_51);
-        const real d13 = (-cse_54 - (cse_43 * cse_78) + (cse_15 * cse_41 * cse_43 * cse_46 * cse_47));
-        if (V & 14) if (V & 12) o_j[60 * MC_W + l] = d13;
-        const real d14 = (-cse_54 - (cse_56 * cse_78) + (cse_15 * cse_41 * cse_46 * cse_47 * cse_56));
-        if (V & 14) if (V & 12) o_j[61 * MC_W + l] = d14;
-        const real cse_81 = (cse_15 * cse_41 * cse_48);
-        const real d15 = (cse_40 + (cse_59 * cse_81) - (cse_59 * cse_78));
-        if (V & 14) if (V & 12) o_j[62 * MC_W + l] = d15;
-        const real cse_83 = (((real)2.0) * cse_81);
-        const real cse_84 = (cse_15 * cse_63);
-        const real d16 = ((cse_3 * cse_83) - (cse_3 * cse_84));
-        if (V & 14) if (V & 12) o_j[63 * MC_W + l] = d16;
-        const real d17 = ((cse_4 * cse_83) - (cse_4 * cse_84));
-        if (V & 14) if (V & 12) o_j[64 * MC_W + l] = d17;
-        const real d18 = ((cse_5 * cse_83) - (cse_5 * cse_84));
-        if (V & 14) if (V & 12) o_j[65 * MC_W + l] = d18;
-        const real cse_88 = (cse_3 * cse_48);
-        const real cse_89 = (cse_3 * cse_51);
-        const real d19 = ((cse_44 * cse_88) - (cse_43 * cse_89));
-        if (V & 14) if (V & 12) o_j[72 * MC_W + l] = d19;
-        const real cse_91 = (cse_41 * cse_88);
-        const real d20 = ((cse_56 * cse_91) - (cse_56 * cse_89));
-        if (V & 14) if (V & 12) o_j[73 * MC_W + l] = d20;
-        const real d21 = ((cse_59 * cse_91) - (cse_59 * cse_89));
-        if (V & 14) if (V & 12) o_j[74 * MC_W + l] = d21;
-        const real cse_94 = (cse_41 * cse_48);
-        const real cse_95 = (((real)2.0) * cse_94);
-        const real d22 = (cse_31 + (cse_10 * cse_95) - (cse_10 * cse_63));
-        if (V & 14) if (V & 12) o_j[75 * MC_W + l] = d22;
-        const real cse_97 = (((real)2.0) * cse_91);
-        const real cse_98 = (cse_3 * cse_63);
-        const real d23 = ((cse_4 * cse_97) - (cse_4 * cse_98));
-        if (V & 14) if (V & 12) o_j[76 * MC_W + l] = d23;
-        const real d24 = ((cse_5 * cse_97) - (cse_5 * cse_98));
-        if (V & 14) if (V & 12) o_j[77 * MC_W + l] = d24;
-        const real cse_101 = (cse_44 * cse_48);
-        const real cse_102 = (cse_4 * cse_51);
-        const real d25 = ((cse_101 * cse_4) - (cse_102 * cse_43));
-        if (V & 14) if (V & 12) o_j[84 * MC_W + l] = d25;
-        const real cse_104 = (cse_4 * cse_94);
-        const real d26 = ((cse_104 * cse_56) - (cse_102 * cse_56));
-        if (V & 14) if (V & 12) o_j[85 * MC_W + l] = d26;
-        const real d27 = ((cse_104 * cse_59) - (cse_102 * cse_59));
-        if (V & 14) if (V & 12) o_j[86 * MC_W + l] = d27;
-        const real d28 = (cse_31 + (cse_11 * cse_95) - (cse_11 * cse_63));
-        if (V & 14) if (V & 12) o_j[88 * MC_W + l] = d28;
-        const real cse_108 = (cse_4 * cse_5);
-        const real d29 = ((cse_108 * cse_95) - (cse_108 * cse_63));
-        if (V & 14) if (V & 12) o_j[89 * MC_W + l] = d29;
-        const real cse_110 = (cse_5 * cse_51);
-        const real d30 = ((cse_101 * cse_5) - (cse_110 * cse_43));
-        if (V & 14) if (V & 12) o_j[96 * MC_W + l] = d30;
-        const real cse_112 = (cse_5 * cse_94);
-        const real d31 = ((cse_112 * cse_56) - (cse_110 * cse_56));
-        if (V & 14) if (V & 12) o_j[97 * MC_W + l] = d31;
-        const real d32 = ((cse_112 * cse_59) - (cse_110 * cse_59));
-        if (V & 14) if (V & 12) o_j[98 * MC_W + l] = d32;
-        const real d33 = (cse_31 + (cse_12 * cse_95) - (cse_12 * cse_63));
-        if (V & 14) if (V & 12) o_j[101 * MC_W + l] = d33;
-        const real cse_200 = (-cse_188);
-        const real cse_201 = (cse_188 + cse_195);
-        const real cse_202 = (-cse_188);
-        const real d34 = (cse_202 * d23);
-        if (V & 14) o_j[22 * MC_W + l] = d34;
-        const real d35 = (cse_202 * d24);
-        if (V & 14) o_j[23 * MC_W + l] = d35;
-        const real d36 = (cse_202 * d29);
-        if (V & 14) o_j[29 * MC_W + l] = d36;
-        if (V & 14) o_j[0 * MC_W + l] = (cse_201 + (cse_200 * d1));
-        if (V & 14) o_j[1 * MC_W + l] = (cse_195 + (cse_200 * d2));
-        if (V & 14) o_j[2 * MC_W + l] = (cse_195 + (cse_200 * d3));
-        if (V & 14) o_j[3 * MC_W + l] = (cse_200 * d4);
-        if (V & 14) o_j[4 * MC_W + l] = (cse_200 * d5);
-        if (V & 14) o_j[5 * MC_W + l] = (cse_200 * d6);
-        if (V & 14) o_j[6 * MC_W + l] = (cse_195 + (cse_200 * d7));
-        if (V & 14) o_j[7 * MC_W + l] = (cse_201 + (cse_200 * d8));
-        if (V & 14) o_j[8 * MC_W + l] = (cse_195 + (cse_200 * d9));
-        if (V & 14) o_j[9 * MC_W + l] = (cse_200 * d10);
-        if (V & 14) o_j[10 * MC_W + l] = (cse_200 * d11);
-        if (V & 14) o_j[11 * MC_W + l] = (cse_200 * d12);
-        if (V & 14) o_j[12 * MC_W + l] = (cse_195 + (cse_200 * d13));
-        if (V & 14) o_j[13 * MC_W + l] = (cse_195 + (cse_200 * d14));
-        if (V & 14) o_j[14 * MC_W + l] = (cse_201 + (cse_200 * d15));
-        if (V & 14) o_j[15 * MC_W + l] = (cse_200 * d16);
-        if (V & 14) o_j[16 * MC_W + l] = (cse_200 * d17);
-        if (V & 14) o_j[17 * MC_W + l] = (cse_200 * d18);
-        if (V & 14) o_j[18 * MC_W + l] = (cse_202 * d19);
-        if (V & 14) o_j[19 * MC_W + l] = (cse_202 * d20);
-        if (V & 14) o_j[20 * MC_W + l] = (cse_202 * d21);
-        if (V & 14) o_j[21 * MC_W + l] = (cse_188 + (cse_202 * d22));
-        if (V & 14) o_j[24 * MC_W + l] = (cse_202 * d25);
-        if (V & 14) o_j[25 * MC_W + l] = (cse_202 * d26);
-        if (V & 14) o_j[26 * MC_W + l] = (cse_202 * d27);
-        if (V & 14) o_j[27 * MC_W + l] = d34;
-        if (V & 14) o_j[28 * MC_W + l] = (cse_188 + (cse_202 * d28));
-        if (V & 14) o_j[30 * MC_W + l] = (cse_202 * d30);
-        if (V & 14) o_j[31 * MC_W + l] = (cse_202 * d31);
-        if (V & 14) o_j[32 * MC_W + l] = (cse_202 * d32);
-        if (V & 14) o_j[33 * MC_W + l] = d35;
-        if (V & 14) o_j[34 * MC_W + l] = d36;
-        if (V & 14) o_j[35 * MC_W + l] = (cse_188 + (cse_202 * d33));
-        const real cse_116 = (((real)1.0) - cse_40);
-        const real d37 = (cse_116 + (cse_42 * cse_61) - (cse_42 * cse_52));
-        if (V & 12) o_j[42 * MC_W + l] = d37;
-        const real d38 = (cse_54 + (cse_55 * cse_61) - (cse_52 * cse_55));
-        if (V & 12) o_j[43 * MC_W + l] = d38;
-        const real d39 = (cse_54 + (cse_58 * cse_61) - (cse_52 * cse_58));
-        if (V & 12) o_j[44 * MC_W + l] = d39;
-        const real d40 = (-d4);
-        if (V & 12) o_j[45 * MC_W + l] = d40;
-        const real d41 = (-d5);
-        if (V & 12) o_j[46 * MC_W + l] = d41;
-        const real d42 = (-d6);
-        if (V & 12) o_j[47 * MC_W + l] = d42;
-        const real d43 = (cse_54 + (cse_42 * cse_70) - (cse_42 * cse_68));
-        if (V & 12) o_j[54 * MC_W + l] = d43;
-        const real d44 = (cse_116 + (cse_55 * cse_70) - (cse_55 * cse_68));
-        if (V & 12) o_j[55 * MC_W + l] = d44;
-        const real d45 = (cse_54 + (cse_58 * cse_70) - (cse_58 * cse_68));
-        if (V & 12) o_j[56 * MC_W + l] = d45;
-        const real d46 = (-d10);
-        if (V & 12) o_j[57 * MC_W + l] = d46;
-        const real d47 = (-d11);
-        if (V & 12) o_j[58 * MC_W + l] = d47;
-        const real d48 = (-d12);
-        if (V & 12) o_j[59 * MC_W + l] = d48;
-        const real d49 = (cse_54 + (cse_42 * cse_81) - (cse_42 * cse_78));
-        if (V & 12) o_j[66 * MC_W + l] = d49;
-        const real d50 = (cse_54 + (cse_55 * cse_81) - (cse_55 * cse_78));
-        if (V & 12) o_j[67 * MC_W + l] = d50;
-        const real d51 = (cse_116 + (cse_58 * cse_81) - (cse_58 * cse_78));
-        if (V & 12) o_j[68 * MC_W + l] = d51;
-        const real d52 = (-d16);
-        if (V & 12) o_j[69 * MC_W + l] = d52;
-        const real d53 = (-d17);
-        if (V & 12) o_j[70 * MC_W + l] = d53;
-        const real d54 = (-d18);
-        if (V & 12) o_j[71 * MC_W + l] = d54;
-        const real d55 = ((cse_42 * cse_91) - (cse_42 * cse_89));
-        if (V & 12) o_j[78 * MC_W + l] = d55;
-        const real d56 = ((cse_55 * cse_91) - (cse_55 * cse_89));
-        if (V & 12) o_j[79 * MC_W + l] = d56;
-        const real d57 = ((cse_58 * cse_91) - (cse_58 * cse_89));
-        if (V & 12) o_j[80 * MC_W + l] = d57;
-        const real d58 = (((real)1.0) - d22);
-        if (V & 12) o_j[81 * MC_W + l] = d58;
-        const real d59 = (-d23);
-        if (V & 12) o_j[82 * MC_W + l] = d59;
-        const real d60 = (-d24);
-        if (V & 12) o_j[83 * MC_W + l] = d60;
-        const real d61 = ((cse_104 * cse_42) - (cse_102 * cse_42));
-        if (V & 12) o_j[90 * MC_W + l] = d61;
-        const real d62 = ((cse_104 * cse_55) - (cse_102 * cse_55));
-        if (V & 12) o_j[91 * MC_W + l] = d62;
-        const real d63 = ((cse_104 * cse_58) - (cse_102 * cse_58));
-        if (V & 12) o_j[92 * MC_W + l] = d63;
-        const real d64 = (((real)1.0) - d28);
-        if (V & 12) o_j[94 * MC_W + l] = d64;
-        const real d65 = (-d29);
-        if (V & 12) o_j[95 * MC_W + l] = d65;
-        const real d66 = ((cse_112 * cse_42) - (cse_110 * cse_42));
-        if (V & 12) o_j[102 * MC_W + l] = d66;
-        const real d67 = ((cse_112 * cse_55) - (cse_110 * cse_55));
-        if (V & 12) o_j[103 * MC_W + l] = d67;
-        const real d68 = ((cse_112 * cse_58) - (cse_110 * cse_58));
-        if (V & 12) o_j[104 * MC_W + l] = d68;
-        const real d69 = (((real)1.0) - d33);
-        if (V & 12) o_j[107 * MC_W + l] = d69;
-        const real cse_177 = mc_sdiv(((real)1.0), cse_38);
-        const real cse_178 = (cse_177 * cse_45);
-        const real cse_179 = (cse_178 * cse_41);
-        const real cse_180 = (((real)2.0) * cse_179);
-        const real d70 = (cse_180 * cse_3);
-        if (V & 12) o_j[111 * MC_W + l] = d70;
-        const real d71 = (cse_180 * cse_4);
-        if (V & 12) o_j[112 * MC_W + l] = d71;
-        const real d72 = (cse_180 * cse_5);
-        if (V & 12) o_j[113 * MC_W + l] = d72;
-        const real d73 = mc_sdiv(cse_30, (cse_38 * cse_38));
-        if (V & 12) o_j[121 * MC_W + l] = d73;
-        const real cse_206 = (-cse_195);
-        const real cse_207 = (cse_206 * d49);
-        const real cse_208 = (cse_206 * d43);
-        const real cse_209 = (-cse_201);
-        const real cse_210 = (cse_206 * d50);
-        const real cse_211 = (cse_206 * d44);
-        const real cse_212 = (cse_206 * d45);
-        const real cse_213 = (cse_206 * d51);
-        const real cse_214 = (cse_206 * d52);
-        const real cse_215 = (cse_206 * d46);
-        const real cse_216 = (cse_206 * d53);
-        const real cse_217 = (cse_206 * d47);
-        const real cse_218 = (cse_206 * d54);
-        const real cse_219 = (cse_206 * d48);
-        const real cse_220 = (cse_206 * d37);
-        const real cse_221 = (cse_206 * d38);
-        const real cse_222 = (cse_206 * d39);
-        const real cse_223 = (cse_206 * d40);
-        const real cse_224 = (cse_206 * d41);
-        const real cse_225 = (cse_206 * d42);
-        const real d74 = (cse_202 * d59);
-        if (V & 12) o_j[144 * MC_W + l] = d74;
-        const real d75 = (cse_202 * d60);
-        if (V & 12) o_j[145 * MC_W + l] = d75;
-        const real d76 = (cse_202 * d65);
-        if (V & 12) o_j[151 * MC_W + l] = d76;
-        if (V & 12) o_j[87 * MC_W + l] = d23;
-        if (V & 12) o_j[99 * MC_W + l] = d24;
-        if (V & 12) o_j[100 * MC_W + l] = d29;
-        if (V & 12) o_j[93 * MC_W + l] = d59;
-        if (V & 12) o_j[105 * MC_W + l] = d60;
-        if (V & 12) o_j[106 * MC_W + l] = d65;
-        if (V & 12) o_j[108 * MC_W + l] = (cse_178 * cse_44);
-        if (V & 12) o_j[109 * MC_W + l] = (cse_179 * cse_56);
-        if (V & 12) o_j[110 * MC_W + l] = (cse_179 * cse_59);
-        if (V & 12) o_j[114 * MC_W + l] = (-d73);
-        if (V & 12) o_j[115 * MC_W + l] = (cse_179 * cse_42);
-        if (V & 12) o_j[116 * MC_W + l] = (cse_179 * cse_55);
-        if (V & 12) o_j[117 * MC_W + l] = (cse_179 * cse_58);
-        if (V & 12) o_j[118 * MC_W + l] = (-d70);
-        if (V & 12) o_j[119 * MC_W + l] = (-d71);
-        if (V & 12) o_j[120 * MC_W + l] = (-d72);
-        if (V & 12) o_j[122 * MC_W + l] = (cse_207 + cse_208 + (cse_209 * d37));
-        if (V & 12) o_j[123 * MC_W + l] = (cse_210 + cse_211 + (cse_209 * d38));
-        if (V & 12) o_j[124 * MC_W + l] = (cse_212 + cse_213 + (cse_209 * d39));
-        if (V & 12) o_j[125 * MC_W + l] = (cse_214 + cse_215 + (cse_209 * d40));
-        if (V & 12) o_j[126 * MC_W + l] = (cse_216 + cse_217 + (cse_209 * d41));
-        if (V & 12) o_j[127 * MC_W + l] = (cse_218 + cse_219 + (cse_209 * d42));
-        if (V & 12) o_j[128 * MC_W + l] = (cse_207 + cse_220 + (cse_209 * d43));
-        if (V & 12) o_j[129 * MC_W + l] = (cse_210 + cse_221 + (cse_209 * d44));
-        if (V & 12) o_j[130 * MC_W + l] = (cse_213 + cse_222 + (cse_209 * d45));
-        if (V & 12) o_j[131 * MC_W + l] = (cse_214 + cse_223 + (cse_209 * d46));
-        if (V & 12) o_j[132 * MC_W + l] = (cse_216 + cse_224 + (cse_209 * d47));
-        if (V & 12) o_j[133 * MC_W + l] = (cse_218 + cse_225 + (cse_209 * d48));
-        if (V & 12) o_j[134 * MC_W + l] = (cse_208 + cse_220 + (cse_209 * d49));
-        if (V & 12) o_j[135 * MC_W + l] = (cse_211 + cse_221 + (cse_209 * d50));
-        if (V & 12) o_j[136 * MC_W + l] = (cse_212 + cse_222 + (cse_209 * d51));
-        if (V & 12) o_j[137 * MC_W + l] = (cse_215 + cse_223 + (cse_209 * d52));
-        if (V & 12) o_j[138 * MC_W + l] = (cse_217 + cse_224 + (cse_209 * d53));
-        if (V & 12) o_j[139 * MC_W + l] = (cse_219 + cse_225 + (cse_209 * d54));
-        if (V & 12) o_j[140 * MC_W + l] = (cse_202 * d55);
-        if (V & 12) o_j[141 * MC_W + l] = (cse_202 * d56);
-        if (V & 12) o_j[142 * MC_W + l] = (cse_202 * d57);
-        if (V & 12) o_j[143 * MC_W + l] = (cse_202 * d58);
-        if (V & 12) o_j[146 * MC_W + l] = (cse_202 * d61);
-        if (V & 12) o_j[147 * MC_W + l] = (cse_202 * d62);
-        if (V & 12) o_j[148 * MC_W + l] = (cse_202 * d63);
-        if (V & 12) o_j[149 * MC_W + l] = d74;
-        if (V & 12) o_j[150 * MC_W + l] = (cse_202 * d64);
-        if (V & 12) o_j[152 * MC_W + l] = (cse_202 * d66);
-        if (V & 12) o_j[153 * MC_W + l] = (cse_202 * d67);
-        if (V & 12) o_j[154 * MC_W + l] = (cse_202 * d68);
-        if (V & 12) o_j[155 * MC_W + l] = d75;
-        if (V & 12) o_j[156 * MC_W + l] = d76;
-        if (V & 12) o_j[157 * MC_W + l] = (cse_202 * d69);
-        const real cse_150 = (cse_27 * cse_29 * (cse_20 * cse_20));
-        const real cse_151 = (cse_150 * cse_19);
-        const real cse_152 = (cse_20 * cse_41);
-        const real cse_153 = (cse_152 * cse_18);
-        const real cse_154 = (cse_153 * cse_19);
-        const real d77 = ((cse_154 * cse_9) - (cse_151 * cse_9));
-        if (V & 8) o_j[158 * MC_W + l] = d77;
-        const real d78 = ((cse_154 * cse_17) - (cse_151 * cse_17));
-        if (V & 8) o_j[161 * MC_W + l] = d78;
-        const real d79 = ((cse_15 * cse_154) - (cse_15 * cse_151));
-        if (V & 8) o_j[164 * MC_W + l] = d79;
-        const real d80 = ((cse_154 * cse_3) - (cse_151 * cse_3));
-        if (V & 8) o_j[167 * MC_W + l] = d80;
-        const real d81 = ((cse_154 * cse_4) - (cse_151 * cse_4));
-        if (V & 8) o_j[170 * MC_W + l] = d81;
-        const real d82 = ((cse_154 * cse_5) - (cse_151 * cse_5));
-        if (V & 8) o_j[173 * MC_W + l] = d82;
-        const real cse_161 = (cse_25 * cse_41);
-        const real cse_162 = (cse_161 * cse_19);
-        const real d83 = (-(cse_162 * cse_9) + (cse_19 * cse_20 * cse_27 * cse_9));
-        if (V & 8) o_j[159 * MC_W + l] = d83;
-        const real d84 = (-(cse_162 * cse_17) + (cse_17 * cse_19 * cse_20 * cse_27));
-        if (V & 8) o_j[162 * MC_W + l] = d84;
-        const real d85 = (-(cse_15 * cse_162) + (cse_15 * cse_19 * cse_20 * cse_27));
-        if (V & 8) o_j[165 * MC_W + l] = d85;
-        const real d86 = (-(cse_162 * cse_3) + (cse_19 * cse_20 * cse_27 * cse_3));
-        if (V & 8) o_j[168 * MC_W + l] = d86;
-        const real d87 = (-(cse_162 * cse_4) + (cse_19 * cse_20 * cse_27 * cse_4));
-        if (V & 8) o_j[171 * MC_W + l] = d87;
-        const real d88 = (-(cse_162 * cse_5) + (cse_19 * cse_20 * cse_27 * cse_5));
-        if (V & 8) o_j[174 * MC_W + l] = d88;
-        const real cse_169 = (((real)0.408248290463863) * cse_152 * cse_23);
-        const real cse_170 = (cse_169 * cse_19);
-        const real d89 = (-cse_170 * cse_9);
-        if (V & 8) o_j[160 * MC_W + l] = d89;
-        const real d90 = (-cse_17 * cse_170);
-        if (V & 8) o_j[163 * MC_W + l] = d90;
-        const real d91 = (-cse_15 * cse_170);
-        if (V & 8) o_j[166 * MC_W + l] = d91;
-        const real d92 = (-cse_170 * cse_3);
-        if (V & 8) o_j[169 * MC_W + l] = d92;
-        const real d93 = (-cse_170 * cse_4);
-        if (V & 8) o_j[172 * MC_W + l] = d93;
-        const real d94 = (-cse_170 * cse_5);
-        if (V & 8) o_j[175 * MC_W + l] = d94;
-        const real cse_229 = (cse_191 * cse_194);
-        const real cse_230 = (cse_187 * cse_229);
-        const real cse_231 = (p_E * (cse_187 * cse_187));
-        const real cse_232 = (cse_188 * cse_191);
-        const real cse_233 = ((cse_193 * cse_232) - (cse_229 * cse_231) + (cse_22 * cse_232 * (cse_193 * cse_193)));
-        if (V & 8) o_j[176 * MC_W + l] = (cse_177 * (cse_153 - cse_150));
-        if (V & 8) o_j[177 * MC_W + l] = (cse_177 * (-cse_161 + (cse_20 * cse_27)));
-        if (V & 8) o_j[178 * MC_W + l] = (-cse_169 * cse_177);
-        if (V & 8) o_j[179 * MC_W + l] = (cse_230 + (cse_185 * cse_187) + (cse_200 * d77));
-        if (V & 8) o_j[182 * MC_W + l] = (cse_230 + (cse_187 * cse_189) + (cse_200 * d78));
-        if (V & 8) o_j[185 * MC_W + l] = (cse_230 + (cse_187 * cse_190) + (cse_200 * d79));
-        if (V & 8) o_j[188 * MC_W + l] = ((cse_187 * cse_197) + (cse_202 * d80));
-        if (V & 8) o_j[191 * MC_W + l] = ((cse_187 * cse_198) + (cse_202 * d81));
-        if (V & 8) o_j[194 * MC_W + l] = ((cse_187 * cse_199) + (cse_202 * d82));
-        if (V & 8) o_j[180 * MC_W + l] = (cse_233 + (cse_200 * d83) - (cse_185 * cse_231));
-        if (V & 8) o_j[183 * MC_W + l] = (cse_233 + (cse_200 * d84) - (cse_189 * cse_231));
-        if (V & 8) o_j[186 * MC_W + l] = (cse_233 + (cse_200 * d85) - (cse_190 * cse_231));
-        if (V & 8) o_j[189 * MC_W + l] = ((cse_202 * d86) - (cse_197 * cse_231));
-        if (V & 8) o_j[192 * MC_W + l] = ((cse_202 * d87) - (cse_198 * cse_231));
-        if (V & 8) o_j[195 * MC_W + l] = ((cse_202 * d88) - (cse_199 * cse_231));
-        if (V & 8) o_j[181 * MC_W + l] = (cse_200 * d89);
-        if (V & 8) o_j[184 * MC_W + l] = (cse_200 * d90);
-        if (V & 8) o_j[187 * MC_W + l] = (cse_200 * d91);
-        if (V & 8) o_j[190 * MC_W + l] = (cse_202 * d92);
-        if (V & 8) o_j[193 * MC_W + l] = (cse_202 * d93);
-        if (V & 8) o_j[196 * MC_W + l] = (cse_202 * d94);
+        const real dcse_190 = (cse_27 == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (cse_18 * cse_18)));
+        const real dcse_189 = mc_sdiv(((real)1.0), cse_24);
+        const real dcse_194 = (cse_27 == 0 ? ((real)0.0) : dcse_189);
+        const real dcse_169 = (dcse_190 * dcse_194);
+        const real dcse_188 = (cse_26 > 0 ? 1 : 0);
+        const real dcse_195 = (dcse_188 == 0 ? ((real)0.0) : dcse_189);
+        const real dcse_196 = (dcse_188 == 0 ? ((real)0.0) : cse_19);
+        const real dcse_170 = (cse_188 * (-(cse_30 * dcse_169) + (dcse_188 * dcse_195 * dcse_196)));
+        const real dcse_171 = (cse_9 * dcse_170);
+        const real dcse_172 = (cse_23 * cse_28);
+        const real dcse_173 = (dcse_169 * dcse_172);
+        const real dcse_174 = (cse_188 * (dcse_173 - (((real)2.0) * dcse_188 * dcse_195 * dcse_196)));
+        const real dcse_175 = (cse_9 * dcse_174);
+        const real dcse_176 = (cse_17 * dcse_170);
+        const real dcse_177 = (cse_17 * dcse_174);
+        const real dcse_178 = (cse_15 * dcse_170);
+        const real dcse_179 = (cse_15 * dcse_174);
+        const real dcse_180 = (cse_3 * dcse_170);
+        const real dcse_197 = (-((real)1.0) + cse_31);
+        const real dcse_181 = (-cse_188 * dcse_197);
+        const real dcse_198 = (-(cse_3 * cse_4 * dcse_173) + (((real)2.0) * cse_3 * cse_4 * dcse_188 * dcse_195 * dcse_196));
+        const real dcse_182 = (-cse_188 * dcse_198);
+        if (V & 14) o_j[22 * MC_W + l] = dcse_182;
+        if (V & 14) o_j[27 * MC_W + l] = dcse_182;
+        const real dcse_199 = (-(cse_3 * cse_5 * dcse_173) + (((real)2.0) * cse_3 * cse_5 * dcse_188 * dcse_195 * dcse_196));
+        const real dcse_183 = (-cse_188 * dcse_199);
+        if (V & 14) o_j[23 * MC_W + l] = dcse_183;
+        if (V & 14) o_j[33 * MC_W + l] = dcse_183;
+        const real dcse_184 = (cse_4 * dcse_170);
+        const real dcse_200 = (-(cse_4 * cse_5 * dcse_173) + (((real)2.0) * cse_4 * cse_5 * dcse_188 * dcse_195 * dcse_196));
+        const real dcse_185 = (-cse_188 * dcse_200);
+        if (V & 14) o_j[29 * MC_W + l] = dcse_185;
+        if (V & 14) o_j[34 * MC_W + l] = dcse_185;
+        const real dcse_186 = (cse_5 * dcse_170);
+        const real dcse_187 = (cse_188 * cse_19 * dcse_172);
+        const real dcse_191 = (cse_14 + cse_16 - (((real)1.3333333333333333) * cse_0));
+        const real dcse_192 = (cse_14 + cse_6 - (((real)1.3333333333333333) * cse_1));
+        const real dcse_193 = (cse_16 + cse_6 - (((real)1.3333333333333333) * cse_2));
+        const real dcse_201 = (cse_188 + cse_195);
+        const real dcse_202 = (dcse_201 - (((real)0.3333333333333333) * dcse_187));
+        const real dcse_203 = (cse_195 + (((real)0.16666666666666666) * dcse_187));
+        const real dcse_32 = (cse_23 * cse_28);
+        const real dcse_33 = (cse_19 * dcse_32);
+        const real dcse_34 = (((real)0.3333333333333333) * dcse_33);
+        const real dcse_116 = (cse_26 > 0 ? 1 : 0);
+        const real dcse_118 = mc_sdiv(((real)1.0), cse_24);
+        const real dcse_135 = (dcse_116 == 0 ? ((real)0.0) : dcse_118);
+        const real dcse_136 = (dcse_116 == 0 ? ((real)0.0) : cse_19);
+        const real dcse_35 = (dcse_116 * dcse_135 * dcse_136);
+        const real dcse_36 = (cse_27 == 0 ? ((real)0.0) : dcse_118);
+        const real dcse_37 = (cse_27 == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (cse_18 * cse_18)));
+        const real dcse_38 = (cse_30 * dcse_37);
+        const real dcse_39 = (dcse_36 * dcse_38);
+        const real dcse_40 = (dcse_39 - dcse_35);
+        const real dcse_41 = (((real)0.16666666666666666) * dcse_33);
+        const real dcse_42 = (-dcse_41);
+        const real dcse_43 = (cse_17 * dcse_40);
+        const real dcse_44 = (cse_15 * dcse_40);
+        const real dcse_45 = (cse_3 * dcse_40);
+        const real dcse_117 = (cse_14 + cse_16 - (((real)1.3333333333333333) * cse_0));
+        const real dcse_46 = (dcse_117 * dcse_45);
+        if (V & 12) o_j[72 * MC_W + l] = dcse_46;
+        const real dcse_119 = (cse_14 + cse_6 - (((real)1.3333333333333333) * cse_1));
+        const real dcse_47 = (dcse_119 * dcse_45);
+        if (V & 12) o_j[73 * MC_W + l] = dcse_47;
+        const real dcse_120 = (cse_16 + cse_6 - (((real)1.3333333333333333) * cse_2));
+        const real dcse_48 = (dcse_120 * dcse_45);
+        if (V & 12) o_j[74 * MC_W + l] = dcse_48;
+        const real dcse_49 = (dcse_32 * dcse_37);
+        const real dcse_50 = (dcse_36 * dcse_49);
+        const real dcse_51 = (dcse_50 - (((real)2.0) * dcse_116 * dcse_135 * dcse_136));
+        const real dcse_52 = (-dcse_51);
+        const real dcse_53 = (cse_10 * dcse_52);
+        const real dcse_54 = (cse_4 * dcse_40);
+        const real dcse_55 = (dcse_117 * dcse_54);
+        if (V & 12) o_j[84 * MC_W + l] = dcse_55;
+        const real dcse_56 = (dcse_119 * dcse_54);
+        if (V & 12) o_j[85 * MC_W + l] = dcse_56;
+        const real dcse_57 = (dcse_120 * dcse_54);
+        if (V & 12) o_j[86 * MC_W + l] = dcse_57;
+        const real dcse_58 = (cse_11 * dcse_52);
+        const real dcse_59 = (cse_5 * dcse_40);
+        const real dcse_60 = (dcse_117 * dcse_59);
+        if (V & 12) o_j[94 * MC_W + l] = dcse_60;
+        const real dcse_61 = (dcse_119 * dcse_59);
+        if (V & 12) o_j[95 * MC_W + l] = dcse_61;
+        const real dcse_62 = (dcse_120 * dcse_59);
+        if (V & 12) o_j[96 * MC_W + l] = dcse_62;
+        const real dcse_63 = (cse_12 * dcse_52);
+        const real dcse_64 = (-dcse_40);
+        const real dcse_65 = (cse_3 * dcse_64);
+        const real dcse_66 = (((real)1.0) - cse_31);
+        const real dcse_121 = (cse_3 * cse_4);
+        const real dcse_146 = (-(dcse_121 * dcse_50) + (((real)2.0) * cse_3 * cse_4 * dcse_116 * dcse_135 * dcse_136));
+        if (V & 12) o_j[76 * MC_W + l] = dcse_146;
+        const real dcse_67 = (-dcse_146);
+        if (V & 12) o_j[82 * MC_W + l] = dcse_67;
+        const real dcse_122 = (cse_3 * cse_5);
+        const real dcse_147 = (-(dcse_122 * dcse_50) + (((real)2.0) * cse_3 * cse_5 * dcse_116 * dcse_135 * dcse_136));
+        if (V & 12) o_j[77 * MC_W + l] = dcse_147;
+        const real dcse_68 = (-dcse_147);
+        if (V & 12) o_j[83 * MC_W + l] = dcse_68;
+        const real dcse_69 = (cse_4 * dcse_64);
+        const real dcse_123 = (cse_4 * cse_5);
+        const real dcse_148 = (-(dcse_123 * dcse_50) + (((real)2.0) * cse_4 * cse_5 * dcse_116 * dcse_135 * dcse_136));
+        if (V & 12) o_j[88 * MC_W + l] = dcse_148;
+        const real dcse_70 = (-dcse_148);
+        if (V & 12) o_j[93 * MC_W + l] = dcse_70;
+        const real dcse_71 = (cse_5 * dcse_64);
+        const real dcse_159 = mc_sdiv(((real)1.0), cse_38);
+        const real dcse_79 = (dcse_116 * dcse_118 * dcse_159);
+        const real dcse_80 = (dcse_117 * dcse_79);
+        if (V & 12) o_j[109 * MC_W + l] = dcse_80;
+        const real dcse_81 = (dcse_119 * dcse_79);
+        if (V & 12) o_j[110 * MC_W + l] = dcse_81;
+        const real dcse_82 = (dcse_120 * dcse_79);
+        if (V & 12) o_j[111 * MC_W + l] = dcse_82;
+        const real dcse_83 = (((real)2.0) * dcse_79);
+        const real dcse_84 = (cse_3 * dcse_83);
+        if (V & 12) o_j[105 * MC_W + l] = dcse_84;
+        const real dcse_85 = (cse_4 * dcse_83);
+        if (V & 12) o_j[106 * MC_W + l] = dcse_85;
+        const real dcse_86 = (cse_5 * dcse_83);
+        if (V & 12) o_j[107 * MC_W + l] = dcse_86;
+        const real dcse_98 = (-((real)1.0) + cse_31);
+        const real dcse_105 = (cse_188 * dcse_98);
+        const real dcse_106 = (cse_188 * dcse_146);
+        if (V & 12) o_j[138 * MC_W + l] = dcse_106;
+        const real dcse_107 = (cse_188 * dcse_147);
+        if (V & 12) o_j[139 * MC_W + l] = dcse_107;
+        const real dcse_108 = (cse_188 * dcse_148);
+        if (V & 12) o_j[144 * MC_W + l] = dcse_108;
+        const real dcse_124 = (cse_9 * dcse_117);
+        const real dcse_125 = (cse_9 * dcse_119);
+        const real dcse_126 = (cse_9 * dcse_120);
+        const real dcse_127 = (cse_17 * dcse_117);
+        const real dcse_128 = (cse_17 * dcse_119);
+        const real dcse_129 = (cse_17 * dcse_120);
+        const real dcse_130 = (cse_15 * dcse_117);
+        const real dcse_131 = (cse_15 * dcse_119);
+        const real dcse_132 = (cse_15 * dcse_120);
+        const real dcse_133 = (cse_188 + cse_195);
+        const real dcse_137 = (-(cse_3 * cse_9 * dcse_50) + (((real)2.0) * cse_3 * cse_9 * dcse_116 * dcse_135 * dcse_136));
+        if (V & 12) o_j[39 * MC_W + l] = dcse_137;
+        const real dcse_138 = (-(cse_4 * cse_9 * dcse_50) + (((real)2.0) * cse_4 * cse_9 * dcse_116 * dcse_135 * dcse_136));
+        if (V & 12) o_j[40 * MC_W + l] = dcse_138;
+        const real dcse_139 = (-(cse_5 * cse_9 * dcse_50) + (((real)2.0) * cse_5 * cse_9 * dcse_116 * dcse_135 * dcse_136));
+        if (V & 12) o_j[41 * MC_W + l] = dcse_139;
+        const real dcse_140 = (-(cse_17 * cse_3 * dcse_50) + (((real)2.0) * cse_17 * cse_3 * dcse_116 * dcse_135 * dcse_136));
+        if (V & 12) o_j[51 * MC_W + l] = dcse_140;
+        const real dcse_141 = (-(cse_17 * cse_4 * dcse_50) + (((real)2.0) * cse_17 * cse_4 * dcse_116 * dcse_135 * dcse_136));
+        if (V & 12) o_j[52 * MC_W + l] = dcse_141;
+        const real dcse_142 = (-(cse_17 * cse_5 * dcse_50) + (((real)2.0) * cse_17 * cse_5 * dcse_116 * dcse_135 * dcse_136));
+        if (V & 12) o_j[53 * MC_W + l] = dcse_142;
+        const real dcse_143 = (-(cse_15 * cse_3 * dcse_50) + (((real)2.0) * cse_15 * cse_3 * dcse_116 * dcse_135 * dcse_136));
+        if (V & 12) o_j[63 * MC_W + l] = dcse_143;
+        const real dcse_144 = (-(cse_15 * cse_4 * dcse_50) + (((real)2.0) * cse_15 * cse_4 * dcse_116 * dcse_135 * dcse_136));
+        if (V & 12) o_j[64 * MC_W + l] = dcse_144;
+        const real dcse_145 = (-(cse_15 * cse_5 * dcse_50) + (((real)2.0) * cse_15 * cse_5 * dcse_116 * dcse_135 * dcse_136));
+        if (V & 12) o_j[65 * MC_W + l] = dcse_145;
+        const real dcse_149 = (((real)1.0) - dcse_34);
+        const real dcse_150 = (dcse_149 + (dcse_124 * dcse_35) - (dcse_124 * dcse_39));
+        if (V & 12) o_j[42 * MC_W + l] = dcse_150;
+        const real dcse_151 = (dcse_41 + (dcse_125 * dcse_35) - (dcse_125 * dcse_39));
+        if (V & 12) o_j[43 * MC_W + l] = dcse_151;
+        const real dcse_152 = (dcse_41 + (dcse_126 * dcse_35) - (dcse_126 * dcse_39));
+        if (V & 12) o_j[44 * MC_W + l] = dcse_152;
+        const real dcse_153 = (dcse_41 + (dcse_127 * dcse_35) - (dcse_127 * dcse_39));
+        if (V & 12) o_j[54 * MC_W + l] = dcse_153;
+        const real dcse_154 = (dcse_149 + (dcse_128 * dcse_35) - (dcse_128 * dcse_39));
+        if (V & 12) o_j[55 * MC_W + l] = dcse_154;
+        const real dcse_155 = (dcse_41 + (dcse_129 * dcse_35) - (dcse_129 * dcse_39));
+        if (V & 12) o_j[56 * MC_W + l] = dcse_155;
+        const real dcse_156 = (dcse_41 + (dcse_130 * dcse_35) - (dcse_130 * dcse_39));
+        if (V & 12) o_j[66 * MC_W + l] = dcse_156;
+        const real dcse_157 = (dcse_41 + (dcse_131 * dcse_35) - (dcse_131 * dcse_39));
+        if (V & 12) o_j[67 * MC_W + l] = dcse_157;
+        const real dcse_158 = (dcse_149 + (dcse_132 * dcse_35) - (dcse_132 * dcse_39));
+        if (V & 12) o_j[68 * MC_W + l] = dcse_158;
+        const real dcse_160 = mc_sdiv(cse_30, (cse_38 * cse_38));
+        if (V & 12) o_j[115 * MC_W + l] = dcse_160;
+        const real dcse_72 = (cse_20 * dcse_116);
+        const real dcse_73 = ((cse_18 * dcse_72) - (cse_27 * cse_29 * (cse_20 * cse_20)));
+        const real dcse_74 = (cse_19 * dcse_73);
+        const real dcse_75 = ((cse_20 * cse_27) - (cse_25 * dcse_116));
+        const real dcse_76 = (cse_19 * dcse_75);
+        const real dcse_77 = (((real)0.408248290463863) * cse_23 * dcse_72);
+        const real dcse_78 = (cse_19 * dcse_77);
+        const real dcse_109 = (cse_191 * cse_194);
+        const real dcse_110 = (cse_188 * cse_19);
+        const real dcse_111 = (-dcse_110 * dcse_73);
+        const real dcse_112 = (p_E * (cse_187 * cse_187));
+        const real dcse_113 = (-dcse_75);
+        const real dcse_114 = (dcse_110 * dcse_113);
+        const real dcse_115 = (dcse_110 * dcse_77);
+        const real dcse_134 = (cse_188 * cse_191);
+        const real dcse_161 = ((cse_193 * dcse_134) - (dcse_109 * dcse_112) + (cse_22 * dcse_134 * (cse_193 * cse_193)));
+        if (V & 14) o_j[0 * MC_W + l] = (dcse_202 + (dcse_171 * dcse_191));
+        if (V & 14) o_j[1 * MC_W + l] = (dcse_203 + (dcse_171 * dcse_192));
+        if (V & 14) o_j[2 * MC_W + l] = (dcse_203 + (dcse_171 * dcse_193));
+        if (V & 14) o_j[3 * MC_W + l] = (cse_3 * dcse_175);
+        if (V & 14) o_j[4 * MC_W + l] = (cse_4 * dcse_175);
+        if (V & 14) o_j[5 * MC_W + l] = (cse_5 * dcse_175);
+        if (V & 14) o_j[6 * MC_W + l] = (dcse_203 + (dcse_176 * dcse_191));
+        if (V & 14) o_j[7 * MC_W + l] = (dcse_202 + (dcse_176 * dcse_192));
+        if (V & 14) o_j[8 * MC_W + l] = (dcse_203 + (dcse_176 * dcse_193));
+        if (V & 14) o_j[9 * MC_W + l] = (cse_3 * dcse_177);
+        if (V & 14) o_j[10 * MC_W + l] = (cse_4 * dcse_177);
+        if (V & 14) o_j[11 * MC_W + l] = (cse_5 * dcse_177);
+        if (V & 14) o_j[12 * MC_W + l] = (dcse_203 + (dcse_178 * dcse_191));
+        if (V & 14) o_j[13 * MC_W + l] = (dcse_203 + (dcse_178 * dcse_192));
+        if (V & 14) o_j[14 * MC_W + l] = (dcse_202 + (dcse_178 * dcse_193));
+        if (V & 14) o_j[15 * MC_W + l] = (cse_3 * dcse_179);
+        if (V & 14) o_j[16 * MC_W + l] = (cse_4 * dcse_179);
+        if (V & 14) o_j[17 * MC_W + l] = (cse_5 * dcse_179);
+        if (V & 14) o_j[18 * MC_W + l] = (dcse_180 * dcse_191);
+        if (V & 14) o_j[19 * MC_W + l] = (dcse_180 * dcse_192);
+        if (V & 14) o_j[20 * MC_W + l] = (dcse_180 * dcse_193);
+        if (V & 14) o_j[21 * MC_W + l] = (dcse_181 + (cse_10 * dcse_174));
+        if (V & 14) o_j[24 * MC_W + l] = (dcse_184 * dcse_191);
+        if (V & 14) o_j[25 * MC_W + l] = (dcse_184 * dcse_192);
+        if (V & 14) o_j[26 * MC_W + l] = (dcse_184 * dcse_193);
+        if (V & 14) o_j[28 * MC_W + l] = (dcse_181 + (cse_11 * dcse_174));
+        if (V & 14) o_j[30 * MC_W + l] = (dcse_186 * dcse_191);
+        if (V & 14) o_j[31 * MC_W + l] = (dcse_186 * dcse_192);
+        if (V & 14) o_j[32 * MC_W + l] = (dcse_186 * dcse_193);
+        if (V & 14) o_j[35 * MC_W + l] = (dcse_181 + (cse_12 * dcse_174));
+        if (V & 12) o_j[36 * MC_W + l] = (dcse_34 + (cse_9 * dcse_117 * dcse_40));
+        if (V & 12) o_j[37 * MC_W + l] = (-dcse_41 + (cse_9 * dcse_119 * dcse_40));
+        if (V & 12) o_j[38 * MC_W + l] = (-dcse_41 + (cse_9 * dcse_120 * dcse_40));
+        if (V & 12) o_j[45 * MC_W + l] = (-dcse_137);
+        if (V & 12) o_j[46 * MC_W + l] = (-dcse_138);
+        if (V & 12) o_j[47 * MC_W + l] = (-dcse_139);
+        if (V & 12) o_j[48 * MC_W + l] = (dcse_42 + (dcse_117 * dcse_43));
+        if (V & 12) o_j[49 * MC_W + l] = (dcse_34 + (dcse_119 * dcse_43));
+        if (V & 12) o_j[50 * MC_W + l] = (dcse_42 + (dcse_120 * dcse_43));
+        if (V & 12) o_j[57 * MC_W + l] = (-dcse_140);
+        if (V & 12) o_j[58 * MC_W + l] = (-dcse_141);
+        if (V & 12) o_j[59 * MC_W + l] = (-dcse_142);
+        if (V & 12) o_j[60 * MC_W + l] = (dcse_42 + (dcse_117 * dcse_44));
+        if (V & 12) o_j[61 * MC_W + l] = (dcse_42 + (dcse_119 * dcse_44));
+        if (V & 12) o_j[62 * MC_W + l] = (dcse_34 + (dcse_120 * dcse_44));
+        if (V & 12) o_j[69 * MC_W + l] = (-dcse_143);
+        if (V & 12) o_j[70 * MC_W + l] = (-dcse_144);
+        if (V & 12) o_j[71 * MC_W + l] = (-dcse_145);
+        if (V & 12) o_j[75 * MC_W + l] = (cse_31 + dcse_53);
+        if (V & 12) o_j[78 * MC_W + l] = (dcse_117 * dcse_65);
+        if (V & 12) o_j[79 * MC_W + l] = (dcse_119 * dcse_65);
+        if (V & 12) o_j[80 * MC_W + l] = (dcse_120 * dcse_65);
+        if (V & 12) o_j[81 * MC_W + l] = (dcse_66 + (cse_10 * dcse_51));
+        if (V & 12) o_j[87 * MC_W + l] = (cse_31 + dcse_58);
+        if (V & 12) o_j[89 * MC_W + l] = (dcse_117 * dcse_69);
+        if (V & 12) o_j[90 * MC_W + l] = (dcse_119 * dcse_69);
+        if (V & 12) o_j[91 * MC_W + l] = (dcse_120 * dcse_69);
+        if (V & 12) o_j[92 * MC_W + l] = (dcse_66 + (cse_11 * dcse_51));
+        if (V & 12) o_j[97 * MC_W + l] = (cse_31 + dcse_63);
+        if (V & 12) o_j[98 * MC_W + l] = (dcse_117 * dcse_71);
+        if (V & 12) o_j[99 * MC_W + l] = (dcse_119 * dcse_71);
+        if (V & 12) o_j[100 * MC_W + l] = (dcse_120 * dcse_71);
+        if (V & 12) o_j[101 * MC_W + l] = (dcse_66 + (cse_12 * dcse_51));
+        if (V & 12) o_j[102 * MC_W + l] = (-dcse_80);
+        if (V & 12) o_j[103 * MC_W + l] = (-dcse_81);
+        if (V & 12) o_j[104 * MC_W + l] = (-dcse_82);
+        if (V & 12) o_j[108 * MC_W + l] = (-dcse_160);
+        if (V & 12) o_j[112 * MC_W + l] = (-dcse_84);
+        if (V & 12) o_j[113 * MC_W + l] = (-dcse_85);
+        if (V & 12) o_j[114 * MC_W + l] = (-dcse_86);
+        if (V & 12) o_j[116 * MC_W + l] = ((cse_195 * (-dcse_153 - dcse_156)) - (dcse_133 * dcse_150));
+        if (V & 12) o_j[117 * MC_W + l] = ((cse_195 * (-dcse_154 - dcse_157)) - (dcse_133 * dcse_151));
+        if (V & 12) o_j[118 * MC_W + l] = ((cse_195 * (-dcse_155 - dcse_158)) - (dcse_133 * dcse_152));
+        if (V & 12) o_j[119 * MC_W + l] = ((cse_195 * (dcse_140 + dcse_143)) + (dcse_133 * dcse_137));
+        if (V & 12) o_j[120 * MC_W + l] = ((cse_195 * (dcse_141 + dcse_144)) + (dcse_133 * dcse_138));
+        if (V & 12) o_j[121 * MC_W + l] = ((cse_195 * (dcse_142 + dcse_145)) + (dcse_133 * dcse_139));
+        if (V & 12) o_j[122 * MC_W + l] = ((cse_195 * (-dcse_150 - dcse_156)) - (dcse_133 * dcse_153));
+        if (V & 12) o_j[123 * MC_W + l] = ((cse_195 * (-dcse_151 - dcse_157)) - (dcse_133 * dcse_154));
+        if (V & 12) o_j[124 * MC_W + l] = ((cse_195 * (-dcse_152 - dcse_158)) - (dcse_133 * dcse_155));
+        if (V & 12) o_j[125 * MC_W + l] = ((cse_195 * (dcse_137 + dcse_143)) + (dcse_133 * dcse_140));
+        if (V & 12) o_j[126 * MC_W + l] = ((cse_195 * (dcse_138 + dcse_144)) + (dcse_133 * dcse_141));
+        if (V & 12) o_j[127 * MC_W + l] = ((cse_195 * (dcse_139 + dcse_145)) + (dcse_133 * dcse_142));
+        if (V & 12) o_j[128 * MC_W + l] = ((cse_195 * (-dcse_150 - dcse_153)) - (dcse_133 * dcse_156));
+        if (V & 12) o_j[129 * MC_W + l] = ((cse_195 * (-dcse_151 - dcse_154)) - (dcse_133 * dcse_157));
+        if (V & 12) o_j[130 * MC_W + l] = ((cse_195 * (-dcse_152 - dcse_155)) - (dcse_133 * dcse_158));
+        if (V & 12) o_j[131 * MC_W + l] = ((cse_195 * (dcse_137 + dcse_140)) + (dcse_133 * dcse_143));
+        if (V & 12) o_j[132 * MC_W + l] = ((cse_195 * (dcse_138 + dcse_141)) + (dcse_133 * dcse_144));
+        if (V & 12) o_j[133 * MC_W + l] = ((cse_195 * (dcse_139 + dcse_142)) + (dcse_133 * dcse_145));
+        if (V & 12) o_j[134 * MC_W + l] = (cse_188 * dcse_46);
+        if (V & 12) o_j[135 * MC_W + l] = (cse_188 * dcse_47);
+        if (V & 12) o_j[136 * MC_W + l] = (cse_188 * dcse_48);
+        if (V & 12) o_j[137 * MC_W + l] = (dcse_105 + (cse_188 * dcse_53));
+        if (V & 12) o_j[140 * MC_W + l] = (cse_188 * dcse_55);
+        if (V & 12) o_j[141 * MC_W + l] = (cse_188 * dcse_56);
+        if (V & 12) o_j[142 * MC_W + l] = (cse_188 * dcse_57);
+        if (V & 12) o_j[143 * MC_W + l] = (dcse_105 + (cse_188 * dcse_58));
+        if (V & 12) o_j[145 * MC_W + l] = (cse_188 * dcse_60);
+        if (V & 12) o_j[146 * MC_W + l] = (cse_188 * dcse_61);
+        if (V & 12) o_j[147 * MC_W + l] = (cse_188 * dcse_62);
+        if (V & 12) o_j[148 * MC_W + l] = (dcse_105 + (cse_188 * dcse_63));
+        if (V & 8) o_j[149 * MC_W + l] = (cse_9 * dcse_74);
+        if (V & 8) o_j[150 * MC_W + l] = (cse_9 * dcse_76);
+        if (V & 8) o_j[151 * MC_W + l] = (-cse_9 * dcse_78);
+        if (V & 8) o_j[152 * MC_W + l] = (cse_17 * dcse_74);
+        if (V & 8) o_j[153 * MC_W + l] = (cse_17 * dcse_76);
+        if (V & 8) o_j[154 * MC_W + l] = (-cse_17 * dcse_78);
+        if (V & 8) o_j[155 * MC_W + l] = (cse_15 * dcse_74);
+        if (V & 8) o_j[156 * MC_W + l] = (cse_15 * dcse_76);
+        if (V & 8) o_j[157 * MC_W + l] = (-cse_15 * dcse_78);
+        if (V & 8) o_j[158 * MC_W + l] = (cse_3 * dcse_74);
+        if (V & 8) o_j[159 * MC_W + l] = (cse_3 * dcse_76);
+        if (V & 8) o_j[160 * MC_W + l] = (-cse_3 * dcse_78);
+        if (V & 8) o_j[161 * MC_W + l] = (cse_4 * dcse_74);
+        if (V & 8) o_j[162 * MC_W + l] = (cse_4 * dcse_76);
+        if (V & 8) o_j[163 * MC_W + l] = (-cse_4 * dcse_78);
+        if (V & 8) o_j[164 * MC_W + l] = (cse_5 * dcse_74);
+        if (V & 8) o_j[165 * MC_W + l] = (cse_5 * dcse_76);
+        if (V & 8) o_j[166 * MC_W + l] = (-cse_5 * dcse_78);
+        if (V & 8) o_j[167 * MC_W + l] = (dcse_159 * dcse_73);
+        if (V & 8) o_j[168 * MC_W + l] = (dcse_159 * dcse_75);
+        if (V & 8) o_j[169 * MC_W + l] = (-dcse_159 * dcse_77);
+        if (V & 8) o_j[170 * MC_W + l] = ((cse_187 * (cse_185 + dcse_109)) + (cse_9 * dcse_111));
+        if (V & 8) o_j[171 * MC_W + l] = (dcse_161 + (cse_9 * dcse_114) - (cse_185 * dcse_112));
+        if (V & 8) o_j[172 * MC_W + l] = (cse_9 * dcse_115);
+        if (V & 8) o_j[173 * MC_W + l] = ((cse_17 * dcse_111) + (cse_187 * (cse_189 + dcse_109)));
+        if (V & 8) o_j[174 * MC_W + l] = (dcse_161 + (cse_17 * dcse_114) - (cse_189 * dcse_112));
+        if (V & 8) o_j[175 * MC_W + l] = (cse_17 * dcse_115);
+        if (V & 8) o_j[176 * MC_W + l] = ((cse_15 * dcse_111) + (cse_187 * (cse_190 + dcse_109)));
+        if (V & 8) o_j[177 * MC_W + l] = (dcse_161 + (cse_15 * dcse_114) - (cse_190 * dcse_112));
+        if (V & 8) o_j[178 * MC_W + l] = (cse_15 * dcse_115);
+        if (V & 8) o_j[179 * MC_W + l] = ((cse_187 * cse_197) + (cse_3 * dcse_111));
+        if (V & 8) o_j[180 * MC_W + l] = (-(cse_197 * dcse_112) + (cse_188 * cse_19 * cse_3 * dcse_113));
+        if (V & 8) o_j[181 * MC_W + l] = (cse_3 * dcse_115);
+        if (V & 8) o_j[182 * MC_W + l] = ((cse_187 * cse_198) + (cse_4 * dcse_111));
+        if (V & 8) o_j[183 * MC_W + l] = (-(cse_198 * dcse_112) + (cse_188 * cse_19 * cse_4 * dcse_113));
+        if (V & 8) o_j[184 * MC_W + l] = (cse_4 * dcse_115);
+        if (V & 8) o_j[185 * MC_W + l] = ((cse_187 * cse_199) + (cse_5 * dcse_111));
+        if (V & 8) o_j[186 * MC_W + l] = (-(cse_199 * dcse_112) + (cse_188 * cse_19 * cse_5 * dcse_113));
+        if (V & 8) o_j[187 * MC_W + l] = (cse_5 * dcse_115);
     }
     static const int16_t jt1[197][3] = {
         {36, 0, 0}, {37, 0, 1}, {38, 0, 2}, {39, 0, 3}, {40, 0, 4}, {41, 0, 5}, {42, 0, 7}, {43, 0, 8},
@@ -1718,31 +1479,31 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         {60, 2, 0}, {61, 2, 1}, {62, 2, 2}, {63, 2, 3}, {64, 2, 4}, {65, 2, 5}, {66, 2, 7}, {67, 2, 8},
         {68, 2, 9}, {69, 2, 10}, {70, 2, 11}, {71, 2, 12}, {72, 3, 0}, {73, 3, 1}, {74, 3, 2}, {75, 3, 3},
         {76, 3, 4}, {77, 3, 5}, {78, 3, 7}, {79, 3, 8}, {80, 3, 9}, {81, 3, 10}, {82, 3, 11}, {83, 3, 12},
-        {84, 4, 0}, {85, 4, 1}, {86, 4, 2}, {87, 4, 3}, {88, 4, 4}, {89, 4, 5}, {90, 4, 7}, {91, 4, 8},
-        {92, 4, 9}, {93, 4, 10}, {94, 4, 11}, {95, 4, 12}, {96, 5, 0}, {97, 5, 1}, {98, 5, 2}, {99, 5, 3},
-        {100, 5, 4}, {101, 5, 5}, {102, 5, 7}, {103, 5, 8}, {104, 5, 9}, {105, 5, 10}, {106, 5, 11}, {107, 5, 12},
-        {108, 6, 0}, {109, 6, 1}, {110, 6, 2}, {111, 6, 3}, {112, 6, 4}, {113, 6, 5}, {114, 6, 6}, {115, 6, 7},
-        {116, 6, 8}, {117, 6, 9}, {118, 6, 10}, {119, 6, 11}, {120, 6, 12}, {121, 6, 13}, {0, 7, 0}, {1, 7, 1},
-        {2, 7, 2}, {3, 7, 3}, {4, 7, 4}, {5, 7, 5}, {122, 7, 7}, {123, 7, 8}, {124, 7, 9}, {125, 7, 10},
-        {126, 7, 11}, {127, 7, 12}, {6, 8, 0}, {7, 8, 1}, {8, 8, 2}, {9, 8, 3}, {10, 8, 4}, {11, 8, 5},
-        {128, 8, 7}, {129, 8, 8}, {130, 8, 9}, {131, 8, 10}, {132, 8, 11}, {133, 8, 12}, {12, 9, 0}, {13, 9, 1},
-        {14, 9, 2}, {15, 9, 3}, {16, 9, 4}, {17, 9, 5}, {134, 9, 7}, {135, 9, 8}, {136, 9, 9}, {137, 9, 10},
-        {138, 9, 11}, {139, 9, 12}, {18, 10, 0}, {19, 10, 1}, {20, 10, 2}, {21, 10, 3}, {22, 10, 4}, {23, 10, 5},
-        {140, 10, 7}, {141, 10, 8}, {142, 10, 9}, {143, 10, 10}, {144, 10, 11}, {145, 10, 12}, {24, 11, 0}, {25, 11, 1},
-        {26, 11, 2}, {27, 11, 3}, {28, 11, 4}, {29, 11, 5}, {146, 11, 7}, {147, 11, 8}, {148, 11, 9}, {149, 11, 10},
-        {150, 11, 11}, {151, 11, 12}, {30, 12, 0}, {31, 12, 1}, {32, 12, 2}, {33, 12, 3}, {34, 12, 4}, {35, 12, 5},
-        {152, 12, 7}, {153, 12, 8}, {154, 12, 9}, {155, 12, 10}, {156, 12, 11}, {157, 12, 12}, {158, 0, 14}, {159, 0, 15},
-        {160, 0, 16}, {161, 1, 14}, {162, 1, 15}, {163, 1, 16}, {164, 2, 14}, {165, 2, 15}, {166, 2, 16}, {167, 3, 14},
-        {168, 3, 15}, {169, 3, 16}, {170, 4, 14}, {171, 4, 15}, {172, 4, 16}, {173, 5, 14}, {174, 5, 15}, {175, 5, 16},
-        {176, 6, 14}, {177, 6, 15}, {178, 6, 16}, {179, 7, 14}, {180, 7, 15}, {181, 7, 16}, {182, 8, 14}, {183, 8, 15},
-        {184, 8, 16}, {185, 9, 14}, {186, 9, 15}, {187, 9, 16}, {188, 10, 14}, {189, 10, 15}, {190, 10, 16}, {191, 11, 14},
-        {192, 11, 15}, {193, 11, 16}, {194, 12, 14}, {195, 12, 15}, {196, 12, 16},
+        {84, 4, 0}, {85, 4, 1}, {86, 4, 2}, {76, 4, 3}, {87, 4, 4}, {88, 4, 5}, {89, 4, 7}, {90, 4, 8},
+        {91, 4, 9}, {82, 4, 10}, {92, 4, 11}, {93, 4, 12}, {94, 5, 0}, {95, 5, 1}, {96, 5, 2}, {77, 5, 3},
+        {88, 5, 4}, {97, 5, 5}, {98, 5, 7}, {99, 5, 8}, {100, 5, 9}, {83, 5, 10}, {93, 5, 11}, {101, 5, 12},
+        {102, 6, 0}, {103, 6, 1}, {104, 6, 2}, {105, 6, 3}, {106, 6, 4}, {107, 6, 5}, {108, 6, 6}, {109, 6, 7},
+        {110, 6, 8}, {111, 6, 9}, {112, 6, 10}, {113, 6, 11}, {114, 6, 12}, {115, 6, 13}, {0, 7, 0}, {1, 7, 1},
+        {2, 7, 2}, {3, 7, 3}, {4, 7, 4}, {5, 7, 5}, {116, 7, 7}, {117, 7, 8}, {118, 7, 9}, {119, 7, 10},
+        {120, 7, 11}, {121, 7, 12}, {6, 8, 0}, {7, 8, 1}, {8, 8, 2}, {9, 8, 3}, {10, 8, 4}, {11, 8, 5},
+        {122, 8, 7}, {123, 8, 8}, {124, 8, 9}, {125, 8, 10}, {126, 8, 11}, {127, 8, 12}, {12, 9, 0}, {13, 9, 1},
+        {14, 9, 2}, {15, 9, 3}, {16, 9, 4}, {17, 9, 5}, {128, 9, 7}, {129, 9, 8}, {130, 9, 9}, {131, 9, 10},
+        {132, 9, 11}, {133, 9, 12}, {18, 10, 0}, {19, 10, 1}, {20, 10, 2}, {21, 10, 3}, {22, 10, 4}, {23, 10, 5},
+        {134, 10, 7}, {135, 10, 8}, {136, 10, 9}, {137, 10, 10}, {138, 10, 11}, {139, 10, 12}, {24, 11, 0}, {25, 11, 1},
+        {26, 11, 2}, {22, 11, 3}, {28, 11, 4}, {29, 11, 5}, {140, 11, 7}, {141, 11, 8}, {142, 11, 9}, {138, 11, 10},
+        {143, 11, 11}, {144, 11, 12}, {30, 12, 0}, {31, 12, 1}, {32, 12, 2}, {23, 12, 3}, {29, 12, 4}, {35, 12, 5},
+        {145, 12, 7}, {146, 12, 8}, {147, 12, 9}, {139, 12, 10}, {144, 12, 11}, {148, 12, 12}, {149, 0, 14}, {150, 0, 15},
+        {151, 0, 16}, {152, 1, 14}, {153, 1, 15}, {154, 1, 16}, {155, 2, 14}, {156, 2, 15}, {157, 2, 16}, {158, 3, 14},
+        {159, 3, 15}, {160, 3, 16}, {161, 4, 14}, {162, 4, 15}, {163, 4, 16}, {164, 5, 14}, {165, 5, 15}, {166, 5, 16},
+        {167, 6, 14}, {168, 6, 15}, {169, 6, 16}, {170, 7, 14}, {171, 7, 15}, {172, 7, 16}, {173, 8, 14}, {174, 8, 15},
+        {175, 8, 16}, {176, 9, 14}, {177, 9, 15}, {178, 9, 16}, {179, 10, 14}, {180, 10, 15}, {181, 10, 16}, {182, 11, 14},
+        {183, 11, 15}, {184, 11, 16}, {185, 12, 14}, {186, 12, 15}, {187, 12, 16},
     };
     int mc_bad = 0;
     MC_LANES mc_bad |= mc_z[l] != mc_z[l];
     if (mc_bad) {
         for (int k = 0; k < 13 * MC_W; ++k) o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];
-        for (int k = 0; k < (V == 2 ? 36 : V == 4 ? 158 : V == 8 ? 197 : 0) * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
+        for (int k = 0; k < (V == 2 ? 36 : V == 4 ? 149 : V == 8 ? 188 : 0) * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
     }
     mc_store(a->y + i0 * a->ys, a->ys, o_y, 13, nl, a->flags & MC_STREAM);
     if (V == 2) mc_store(a->j + i0 * a->js, a->js, o_j, 36, nl, a->flags & MC_STREAM);

@@ -269,915 +269,497 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     state_S_4 = (cse_475 * cse_485)
     state_S_5 = (cse_475 * cse_486)
     if V & 14:  # tangent, jacobian, total
-        cse_58 = (p_g * state_internal_dgamma)
-        cse_529 = (1.0 + cse_58)
-        cse_59 = (1.0 / (cse_529 * cse_529))
-        cse_60 = (cse_58 * cse_59)
-        cse_61 = (cse_33 * cse_60)
-        cse_62 = (cse_61 * cse_8)
-        cse_63 = (p_g * cse_59)
-        cse_64 = (2.0 * cse_63)
-        cse_65 = (cse_18 * old_state_internal_X_3)
-        cse_66 = (cse_20 * old_state_internal_X_4)
-        cse_67 = (cse_22 * old_state_internal_X_5)
-        cse_68 = (cse_25 * cse_28)
-        cse_69 = (cse_29 * cse_31)
-        cse_70 = (cse_17 * cse_8)
-        cse_71 = ((cse_64 * cse_65) + (cse_64 * cse_66) + (cse_64 * cse_67) + (cse_64 * cse_68) + (cse_64 * cse_69) + (cse_64 * cse_70))
-        cse_72 = _sdiv(1.0, (2.0 * cse_32))
-        cse_73 = (torch.where(state_internal_dgamma == 0.0, 0.0, cse_72) * torch.where(state_internal_dgamma == 0.0, 0.0, _sdiv(1.0, (cse_32 * cse_32))))
-        cse_74 = (cse_73 * state_internal_dgamma)
-        cse_75 = (cse_71 * cse_74)
-        cse_76 = (cse_17 * cse_75)
-        cse_77 = (cse_34 + cse_62 - cse_76)
-        cse_79 = (cse_29 * cse_61)
-        cse_80 = (cse_31 * cse_75)
-        cse_81 = (cse_36 + cse_79 - cse_80)
-        cse_83 = (cse_25 * cse_61)
-        cse_84 = (cse_28 * cse_75)
-        cse_85 = (cse_38 + cse_83 - cse_84)
-        cse_87 = (cse_61 * old_state_internal_X_3)
-        cse_88 = (cse_18 * cse_75)
-        cse_89 = (cse_40 + cse_87 - cse_88)
-        cse_91 = (cse_61 * old_state_internal_X_4)
-        cse_92 = (cse_20 * cse_75)
-        cse_93 = (cse_42 + cse_91 - cse_92)
-        cse_95 = (cse_61 * old_state_internal_X_5)
-        cse_96 = (cse_22 * cse_75)
-        cse_97 = (cse_44 + cse_95 - cse_96)
-        cse_99 = (p_E * state_internal_dgamma)
-        cse_100 = (cse_33 * cse_99)
-        cse_101 = (1.3333333333333333 * cse_14)
-        cse_102 = (cse_100 * cse_101)
-        cse_103 = (p_E * cse_14)
-        cse_104 = (1.3333333333333333 * cse_28)
-        cse_105 = (cse_103 * cse_104)
-        cse_106 = (1.3333333333333333 * cse_103)
-        cse_107 = (cse_106 * cse_31)
-        cse_108 = (cse_105 + cse_107 - (2.6666666666666665 * p_E * cse_14 * cse_17))
-        cse_109 = (-cse_108)
-        cse_110 = (cse_17 * cse_74)
-        cse_111 = (cse_109 * cse_110)
-        cse_113 = (cse_100 * cse_14)
-        cse_114 = (0.6666666666666666 * cse_113)
-        cse_115 = (cse_106 * cse_17)
-        cse_116 = (cse_105 + cse_115 - (2.6666666666666665 * p_E * cse_14 * cse_31))
-        cse_117 = (-cse_116)
-        cse_118 = (cse_110 * cse_117)
-        cse_120 = (cse_107 + cse_115 - (2.6666666666666665 * p_E * cse_14 * cse_28))
-        cse_121 = (-cse_120)
-        cse_122 = (cse_110 * cse_121)
-        cse_124 = (4.0 * cse_14)
-        cse_125 = (cse_73 * cse_99)
-        cse_126 = (cse_124 * cse_125)
-        cse_127 = (cse_126 * cse_17)
-        cse_128 = (cse_127 * cse_18)
-        cse_130 = (cse_127 * cse_20)
-        cse_132 = (cse_127 * cse_22)
-        cse_134 = (cse_31 * cse_74)
-        cse_135 = (cse_109 * cse_134)
-        cse_137 = (cse_117 * cse_134)
-        cse_139 = (cse_121 * cse_134)
-        cse_141 = (cse_126 * cse_31)
-        cse_142 = (cse_141 * cse_18)
-        cse_144 = (cse_141 * cse_20)
-        cse_146 = (cse_141 * cse_22)
-        cse_148 = (cse_28 * cse_74)
-        cse_149 = (cse_109 * cse_148)
-        cse_151 = (cse_117 * cse_148)
-        cse_153 = (cse_121 * cse_148)
-        cse_155 = (cse_126 * cse_28)
-        cse_156 = (cse_155 * cse_18)
-        cse_158 = (cse_155 * cse_20)
-        cse_160 = (cse_155 * cse_22)
-        cse_162 = (cse_18 * cse_74)
-        cse_163 = (cse_109 * cse_162)
-        cse_165 = (cse_117 * cse_162)
-        cse_167 = (cse_121 * cse_162)
-        cse_169 = (cse_100 * cse_15)
-        cse_170 = (cse_126 * cse_19)
-        cse_172 = (cse_126 * cse_18)
-        cse_173 = (cse_172 * cse_20)
-        cse_175 = (cse_172 * cse_22)
-        cse_177 = (cse_20 * cse_74)
-        cse_178 = (cse_109 * cse_177)
-        cse_180 = (cse_117 * cse_177)
-        cse_182 = (cse_121 * cse_177)
-        cse_185 = (cse_126 * cse_21)
-        cse_187 = (cse_20 * cse_22)
-        cse_188 = (cse_126 * cse_187)
-        cse_190 = (cse_22 * cse_74)
-        cse_191 = (cse_109 * cse_190)
-        cse_193 = (cse_117 * cse_190)
-        cse_195 = (cse_121 * cse_190)
-        cse_199 = (cse_126 * cse_23)
-        cse_257 = (0.6666666666666666 * nx_0)
-        cse_443 = (p_C * cse_257)
-        cse_487 = (-cse_475)
-        cse_488 = (-cse_475)
-        cse_489 = (cse_475 + cse_482)
-        cse_515 = (1.0 - nx_1)
-        cse_516 = _heaviside((-cse_32 - cse_99 + (state_internal_dgamma * (cse_16 + cse_443)) + (0.816496580927726 * (p_sigma_y + (p_R * cse_515)))))
-        cse_517 = (1.0 - cse_516)
-        cse_518 = (p_R * nx_1)
-        cse_519 = (p_d * cse_518)
-        cse_521 = (cse_517 * cse_72)
-        cse_522 = (cse_18 * cse_521)
-        cse_523 = (4.0 * cse_103)
-        cse_524 = (cse_522 * cse_523)
-        cse_525 = (cse_521 * cse_523)
-        cse_526 = (cse_20 * cse_525)
-        cse_527 = (cse_22 * cse_525)
-        # linear solve 1: 1x1, 6 right-hand side(s), unrolled over structural nonzeros
-        ls1_1 = ((p_E * cse_516) + (cse_517 * (-(cse_49 * cse_60) - (cse_71 * cse_72) + (2.0 * p_E * cse_14) + (0.6666666666666666 * p_C * nx_0))) + (0.6666666666666666 * cse_517 * cse_519))
-        ls1_2 = (1.0 / ls1_1)
-        ls1_3 = (cse_109 * cse_521)
-        ls1_4 = (cse_117 * cse_521)
-        ls1_5 = (cse_121 * cse_521)
-        ls1_6 = (ls1_3 * ls1_2)
-        ls1_7 = (ls1_4 * ls1_2)
-        ls1_8 = (ls1_5 * ls1_2)
-        ls1_9 = (cse_524 * ls1_2)
-        ls1_10 = (cse_526 * ls1_2)
-        ls1_11 = (cse_527 * ls1_2)
-        d1 = ls1_6
-        d2 = ls1_7
-        d3 = ls1_8
-        d4 = ls1_9
-        d5 = ls1_10
-        d6 = ls1_11
-        d7 = (cse_102 - cse_111 + (cse_77 * d1))
-        d8 = (-cse_114 - cse_118 + (cse_77 * d2))
-        d9 = (-cse_114 - cse_122 + (cse_77 * d3))
-        d10 = (-cse_128 + (cse_77 * d4))
-        d11 = (-cse_130 + (cse_77 * d5))
-        d12 = (-cse_132 + (cse_77 * d6))
-        d13 = (-cse_114 - cse_135 + (cse_81 * d1))
-        d14 = (cse_102 - cse_137 + (cse_81 * d2))
-        d15 = (-cse_114 - cse_139 + (cse_81 * d3))
-        d16 = (-cse_142 + (cse_81 * d4))
-        d17 = (-cse_144 + (cse_81 * d5))
-        d18 = (-cse_146 + (cse_81 * d6))
-        d19 = (-cse_114 - cse_149 + (cse_85 * d1))
-        d20 = (-cse_114 - cse_151 + (cse_85 * d2))
-        d21 = (cse_102 - cse_153 + (cse_85 * d3))
-        d22 = (-cse_156 + (cse_85 * d4))
-        d23 = (-cse_158 + (cse_85 * d5))
-        d24 = (-cse_160 + (cse_85 * d6))
-        d25 = (-cse_163 + (cse_89 * d1))
-        d26 = (-cse_165 + (cse_89 * d2))
-        d27 = (-cse_167 + (cse_89 * d3))
-        d28 = (cse_169 - cse_170 + (cse_89 * d4))
-        d29 = (-cse_173 + (cse_89 * d5))
-        d30 = (-cse_175 + (cse_89 * d6))
-        d31 = (-cse_178 + (cse_93 * d1))
-        d32 = (-cse_180 + (cse_93 * d2))
-        d33 = (-cse_182 + (cse_93 * d3))
-        d34 = (-cse_173 + (cse_93 * d4))
-        d35 = (cse_169 - cse_185 + (cse_93 * d5))
-        d36 = (-cse_188 + (cse_93 * d6))
-        d37 = (-cse_191 + (cse_97 * d1))
-        d38 = (-cse_193 + (cse_97 * d2))
-        d39 = (-cse_195 + (cse_97 * d3))
-        d40 = (-cse_175 + (cse_97 * d4))
-        d41 = (-cse_188 + (cse_97 * d5))
-        d42 = (cse_169 - cse_199 + (cse_97 * d6))
-        d43 = (cse_489 + (cse_487 * d7))
-        d44 = (cse_482 + (cse_487 * d8))
-        d45 = (cse_482 + (cse_487 * d9))
-        d46 = (cse_487 * d10)
-        d47 = (cse_487 * d11)
-        d48 = (cse_487 * d12)
-        d49 = (cse_482 + (cse_487 * d13))
-        d50 = (cse_489 + (cse_487 * d14))
-        d51 = (cse_482 + (cse_487 * d15))
-        d52 = (cse_487 * d16)
-        d53 = (cse_487 * d17)
-        d54 = (cse_487 * d18)
-        d55 = (cse_482 + (cse_487 * d19))
-        d56 = (cse_482 + (cse_487 * d20))
-        d57 = (cse_489 + (cse_487 * d21))
-        d58 = (cse_487 * d22)
-        d59 = (cse_487 * d23)
-        d60 = (cse_487 * d24)
-        d61 = (cse_488 * d25)
-        d62 = (cse_488 * d26)
-        d63 = (cse_488 * d27)
-        d64 = (cse_475 + (cse_488 * d28))
-        d65 = (cse_488 * d29)
-        d66 = (cse_488 * d30)
-        d67 = (cse_488 * d31)
-        d68 = (cse_488 * d32)
-        d69 = (cse_488 * d33)
-        d70 = (cse_488 * d34)
-        d71 = (cse_475 + (cse_488 * d35))
-        d72 = (cse_488 * d36)
-        d73 = (cse_488 * d37)
-        d74 = (cse_488 * d38)
-        d75 = (cse_488 * d39)
-        d76 = (cse_488 * d40)
-        d77 = (cse_488 * d41)
-        d78 = (cse_475 + (cse_488 * d42))
+        dcse_578 = torch.where(state_internal_dgamma == 0.0, 0.0, _sdiv(1.0, (cse_32 * cse_32)))
+        dcse_573 = _sdiv(1.0, (2.0 * cse_32))
+        dcse_582 = torch.where(state_internal_dgamma == 0.0, 0.0, dcse_573)
+        dcse_534 = (dcse_578 * dcse_582 * state_internal_dgamma)
+        dcse_535 = (cse_17 * dcse_534)
+        dcse_560 = (p_g * state_internal_dgamma)
+        dcse_574 = (1.0 + dcse_560)
+        dcse_583 = (1.0 / (dcse_574 * dcse_574))
+        dcse_570 = (dcse_560 * dcse_583)
+        dcse_571 = (cse_33 * dcse_570)
+        dcse_569 = (2.0 * p_g * dcse_583)
+        dcse_584 = ((cse_17 * cse_8 * dcse_569) + (cse_18 * dcse_569 * old_state_internal_X_3) + (cse_20 * dcse_569 * old_state_internal_X_4) + (cse_22 * dcse_569 * old_state_internal_X_5) + (cse_25 * cse_28 * dcse_569) + (cse_29 * cse_31 * dcse_569))
+        dcse_585 = (cse_34 + (cse_8 * dcse_571) - (dcse_535 * dcse_584))
+        dcse_576 = (1.0 - nx_1)
+        dcse_561 = (0.6666666666666666 * p_C * nx_0)
+        dcse_563 = (p_E * state_internal_dgamma)
+        dcse_577 = (cse_32 + dcse_563 - (state_internal_dgamma * (cse_16 + dcse_561)))
+        dcse_586 = _heaviside((-dcse_577 + (0.816496580927726 * (p_sigma_y + (p_R * dcse_576)))))
+        dcse_587 = (1.0 - dcse_586)
+        dcse_562 = (p_E * cse_14)
+        dcse_575 = (dcse_561 + (2.0 * dcse_562))
+        dcse_588 = (1.0 / ((p_E * dcse_586) + (dcse_587 * (dcse_575 - (cse_49 * dcse_570) - (dcse_573 * dcse_584))) + (0.6666666666666666 * p_R * p_d * dcse_587 * nx_1)))
+        dcse_536 = (cse_475 * (-dcse_535 + (dcse_573 * dcse_585 * dcse_587 * dcse_588)))
+        dcse_537 = (dcse_573 * dcse_587 * dcse_588)
+        dcse_538 = (cse_14 * cse_475)
+        dcse_539 = (p_E * dcse_538)
+        dcse_540 = (dcse_539 * ((4.0 * dcse_535) - (4.0 * dcse_537 * dcse_585)))
+        dcse_541 = (cse_31 * dcse_534)
+        dcse_589 = (cse_36 + (cse_29 * dcse_571) - (dcse_541 * dcse_584))
+        dcse_542 = (cse_475 * (-dcse_541 + (dcse_573 * dcse_587 * dcse_588 * dcse_589)))
+        dcse_543 = (dcse_539 * ((4.0 * dcse_541) - (4.0 * dcse_537 * dcse_589)))
+        dcse_544 = (cse_28 * dcse_534)
+        dcse_590 = (cse_38 + (cse_25 * dcse_571) - (dcse_544 * dcse_584))
+        dcse_545 = (cse_475 * (-dcse_544 + (dcse_573 * dcse_587 * dcse_588 * dcse_590)))
+        dcse_546 = (dcse_539 * ((4.0 * dcse_544) - (4.0 * dcse_537 * dcse_590)))
+        dcse_547 = (cse_18 * dcse_534)
+        dcse_591 = (cse_40 + (dcse_571 * old_state_internal_X_3) - (dcse_547 * dcse_584))
+        dcse_548 = (cse_475 * (-dcse_547 + (dcse_573 * dcse_587 * dcse_588 * dcse_591)))
+        dcse_549 = (-cse_15 * cse_33 * cse_475 * state_internal_dgamma)
+        dcse_550 = (4.0 * dcse_537 * dcse_591)
+        dcse_551 = (dcse_539 * (-dcse_550 + (4.0 * dcse_547)))
+        dcse_552 = (cse_20 * dcse_534)
+        dcse_592 = (cse_42 + (dcse_571 * old_state_internal_X_4) - (dcse_552 * dcse_584))
+        dcse_553 = (cse_475 * (-dcse_552 + (dcse_573 * dcse_587 * dcse_588 * dcse_592)))
+        dcse_554 = (4.0 * dcse_537 * dcse_592)
+        dcse_555 = (dcse_539 * (-dcse_554 + (4.0 * dcse_552)))
+        dcse_556 = (cse_22 * dcse_534)
+        dcse_593 = (cse_44 + (dcse_571 * old_state_internal_X_5) - (dcse_556 * dcse_584))
+        dcse_557 = (cse_475 * (-dcse_556 + (dcse_573 * dcse_587 * dcse_588 * dcse_593)))
+        dcse_558 = (4.0 * dcse_537 * dcse_593)
+        dcse_559 = (dcse_539 * (-dcse_558 + (4.0 * dcse_556)))
+        dcse_564 = (2.6666666666666665 * dcse_562)
+        dcse_565 = (1.3333333333333333 * dcse_562)
+        dcse_566 = (cse_28 * dcse_565)
+        dcse_567 = (cse_31 * dcse_565)
+        dcse_568 = (cse_17 * dcse_565)
+        dcse_572 = (cse_33 * dcse_538 * dcse_563)
+        dcse_579 = (dcse_566 + dcse_567 - (cse_17 * dcse_564))
+        dcse_580 = (dcse_566 + dcse_568 - (cse_31 * dcse_564))
+        dcse_581 = (dcse_567 + dcse_568 - (cse_28 * dcse_564))
+        dcse_594 = (cse_475 + cse_482)
+        dcse_595 = (dcse_594 - (1.3333333333333333 * dcse_572))
+        dcse_596 = (cse_482 + (0.6666666666666666 * dcse_572))
     if V & 12:  # jacobian, total
-        d79 = _sdiv(state_internal_dgamma, (cse_56 * cse_56))
-        cse_201 = (cse_108 * cse_110)
-        cse_202 = (-1.0 + cse_102)
-        cse_204 = (cse_110 * cse_116)
-        cse_206 = (cse_110 * cse_120)
-        cse_211 = (cse_108 * cse_134)
-        cse_213 = (cse_116 * cse_134)
-        cse_215 = (cse_120 * cse_134)
-        cse_220 = (cse_108 * cse_148)
-        cse_222 = (cse_116 * cse_148)
-        cse_224 = (cse_120 * cse_148)
-        cse_229 = (cse_108 * cse_162)
-        cse_231 = (cse_116 * cse_162)
-        cse_233 = (cse_120 * cse_162)
-        cse_235 = (1.0 - cse_169)
-        cse_239 = (cse_108 * cse_177)
-        cse_241 = (cse_116 * cse_177)
-        cse_243 = (cse_120 * cse_177)
-        cse_248 = (cse_108 * cse_190)
-        cse_250 = (cse_116 * cse_190)
-        cse_252 = (cse_120 * cse_190)
-        cse_258 = (cse_33 * state_internal_dgamma)
-        cse_259 = (cse_257 * cse_258)
-        cse_260 = (cse_257 * cse_28)
-        cse_261 = (cse_257 * cse_31)
-        cse_262 = (1.3333333333333333 * nx_0)
-        cse_263 = (cse_260 + cse_261 - (cse_17 * cse_262))
-        cse_264 = (cse_110 * cse_263)
-        cse_266 = (cse_258 * nx_0)
-        cse_267 = (0.3333333333333333 * cse_266)
-        cse_268 = (cse_17 * cse_257)
-        cse_269 = (cse_260 + cse_268 - (cse_262 * cse_31))
-        cse_270 = (cse_110 * cse_269)
-        cse_272 = (cse_261 + cse_268 - (cse_262 * cse_28))
-        cse_273 = (cse_110 * cse_272)
-        cse_275 = (2.0 * nx_0)
-        cse_276 = (cse_110 * cse_275)
-        cse_280 = (cse_134 * cse_263)
-        cse_282 = (cse_134 * cse_269)
-        cse_284 = (cse_134 * cse_272)
-        cse_286 = (cse_134 * cse_275)
-        cse_290 = (cse_148 * cse_263)
-        cse_292 = (cse_148 * cse_269)
-        cse_294 = (cse_148 * cse_272)
-        cse_296 = (cse_148 * cse_275)
-        cse_300 = (cse_162 * cse_263)
-        cse_302 = (cse_162 * cse_269)
-        cse_304 = (cse_162 * cse_272)
-        cse_306 = (-cse_266)
-        cse_307 = (cse_275 * cse_74)
-        cse_309 = (cse_162 * cse_275)
-        cse_310 = (cse_20 * cse_309)
-        cse_312 = (cse_22 * cse_309)
-        cse_314 = (cse_177 * cse_263)
-        cse_316 = (cse_177 * cse_269)
-        cse_318 = (cse_177 * cse_272)
-        cse_322 = (cse_177 * cse_22 * cse_275)
-        cse_324 = (cse_190 * cse_263)
-        cse_326 = (cse_190 * cse_269)
-        cse_328 = (cse_190 * cse_272)
-        cse_386 = (cse_59 * state_internal_dgamma)
-        cse_418 = ((nx_0 * ((cse_34 * cse_49) + (cse_49 * cse_62) - (cse_49 * cse_76))) - (cse_50 * cse_63))
-        cse_419 = ((nx_0 * ((cse_36 * cse_49) + (cse_49 * cse_79) - (cse_49 * cse_80))) - (cse_51 * cse_63))
-        cse_420 = ((nx_0 * ((cse_38 * cse_49) + (cse_49 * cse_83) - (cse_49 * cse_84))) - (cse_52 * cse_63))
-        cse_421 = ((nx_0 * ((cse_40 * cse_49) + (cse_49 * cse_87) - (cse_49 * cse_88))) - (cse_53 * cse_63))
-        cse_422 = ((nx_0 * ((cse_42 * cse_49) + (cse_49 * cse_91) - (cse_49 * cse_92))) - (cse_54 * cse_63))
-        cse_423 = ((nx_0 * ((cse_44 * cse_49) + (cse_49 * cse_95) - (cse_49 * cse_96))) - (cse_55 * cse_63))
-        cse_424 = (p_C * cse_113)
-        cse_425 = (0.8888888888888888 * cse_424)
-        cse_426 = (0.4444444444444444 * cse_424)
-        cse_427 = (cse_17 * cse_18)
-        cse_428 = (2.6666666666666665 * cse_125 * cse_14)
-        cse_429 = (p_C * cse_428)
-        cse_430 = (cse_429 * nx_0)
-        cse_431 = (cse_427 * cse_430)
-        cse_432 = (cse_17 * cse_430)
-        cse_433 = (cse_20 * cse_432)
-        cse_434 = (cse_22 * cse_432)
-        cse_435 = (cse_31 * cse_430)
-        cse_436 = (cse_18 * cse_435)
-        cse_437 = (cse_20 * cse_435)
-        cse_438 = (cse_22 * cse_435)
-        cse_439 = (cse_28 * cse_430)
-        cse_440 = (cse_18 * cse_439)
-        cse_441 = (cse_20 * cse_439)
-        cse_442 = (cse_22 * cse_439)
-        cse_444 = (-1.3333333333333333 * p_C * p_E * cse_14 * cse_33 * state_internal_dgamma)
-        cse_445 = (p_C * cse_19)
-        cse_446 = (cse_444 + (cse_428 * cse_445))
-        cse_447 = (cse_18 * cse_430)
-        cse_448 = (cse_20 * cse_447)
-        cse_449 = (cse_22 * cse_447)
-        cse_450 = (cse_444 + (cse_21 * cse_429))
-        cse_451 = (cse_187 * cse_430)
-        cse_452 = (cse_444 + (cse_23 * cse_429))
-        cse_453 = (p_C * cse_266)
-        cse_454 = (-1.0 + (0.4444444444444444 * cse_453))
-        cse_455 = (0.2222222222222222 * cse_453)
-        cse_456 = (p_C * cse_386 * cse_73)
-        cse_457 = (1.3333333333333333 * cse_456)
-        cse_458 = (cse_17 * cse_457)
-        cse_459 = (cse_31 * cse_457)
-        cse_460 = (cse_104 * cse_456)
-        cse_461 = (cse_262 * cse_74)
-        cse_462 = (1.0 - (cse_258 * cse_443))
-        cse_463 = (cse_18 * cse_457)
-        cse_464 = (cse_20 * cse_463)
-        cse_465 = (cse_22 * cse_463)
-        cse_466 = (p_C * cse_461)
-        cse_467 = (cse_187 * cse_457)
-        cse_471 = _sdiv(1.0, cse_56)
-        cse_490 = (-cse_482)
-        cse_493 = (-cse_489)
-        cse_520 = (0.816496580927726 * cse_517)
-        cse_528 = (cse_275 * cse_521)
-        d80 = (-d79)
-        # linear solve 2: 1x1, 13 right-hand side(s), unrolled over structural nonzeros
-        ls2_1 = ((p_E * cse_516) + (cse_517 * (-(cse_49 * cse_60) - (cse_71 * cse_72) + (2.0 * p_E * cse_14) + (0.6666666666666666 * p_C * nx_0))) + (0.6666666666666666 * cse_517 * cse_519))
-        ls2_2 = (1.0 / ls2_1)
-        ls2_3 = (-cse_519 * cse_520)
-        ls2_4 = (cse_108 * cse_521)
-        ls2_5 = (cse_116 * cse_521)
-        ls2_6 = (cse_120 * cse_521)
-        ls2_7 = (-cse_524)
-        ls2_8 = (-cse_526)
-        ls2_9 = (-cse_527)
-        ls2_10 = (cse_263 * cse_521)
-        ls2_11 = (cse_269 * cse_521)
-        ls2_12 = (cse_272 * cse_521)
-        ls2_13 = (-cse_275 * cse_522)
-        ls2_14 = (-cse_20 * cse_528)
-        ls2_15 = (-cse_22 * cse_528)
-        ls2_16 = (ls2_3 * ls2_2)
-        ls2_17 = (ls2_4 * ls2_2)
-        ls2_18 = (ls2_5 * ls2_2)
-        ls2_19 = (ls2_6 * ls2_2)
-        ls2_20 = (ls2_7 * ls2_2)
-        ls2_21 = (ls2_8 * ls2_2)
-        ls2_22 = (ls2_9 * ls2_2)
-        ls2_23 = (ls2_10 * ls2_2)
-        ls2_24 = (ls2_11 * ls2_2)
-        ls2_25 = (ls2_12 * ls2_2)
-        ls2_26 = (ls2_13 * ls2_2)
-        ls2_27 = (ls2_14 * ls2_2)
-        ls2_28 = (ls2_15 * ls2_2)
-        d81 = ls2_16
-        d82 = ls2_17
-        d83 = ls2_18
-        d84 = ls2_19
-        d85 = ls2_20
-        d86 = ls2_21
-        d87 = ls2_22
-        d88 = ls2_23
-        d89 = ls2_24
-        d90 = ls2_25
-        d91 = ls2_26
-        d92 = ls2_27
-        d93 = ls2_28
-        d94 = (cse_77 * d81)
-        d95 = (cse_81 * d81)
-        d96 = (cse_85 * d81)
-        d97 = (cse_89 * d81)
-        d98 = (cse_93 * d81)
-        d99 = (cse_97 * d81)
-        d100 = (-cse_201 - cse_202 + (cse_77 * d82))
-        d101 = (cse_114 - cse_204 + (cse_77 * d83))
-        d102 = (cse_114 - cse_206 + (cse_77 * d84))
-        d103 = (cse_128 + (cse_77 * d85))
-        d104 = (cse_130 + (cse_77 * d86))
-        d105 = (cse_132 + (cse_77 * d87))
-        d106 = (cse_114 - cse_211 + (cse_81 * d82))
-        d107 = (-cse_202 - cse_213 + (cse_81 * d83))
-        d108 = (cse_114 - cse_215 + (cse_81 * d84))
-        d109 = (cse_142 + (cse_81 * d85))
-        d110 = (cse_144 + (cse_81 * d86))
-        d111 = (cse_146 + (cse_81 * d87))
-        d112 = (cse_114 - cse_220 + (cse_85 * d82))
-        d113 = (cse_114 - cse_222 + (cse_85 * d83))
-        d114 = (-cse_202 - cse_224 + (cse_85 * d84))
-        d115 = (cse_156 + (cse_85 * d85))
-        d116 = (cse_158 + (cse_85 * d86))
-        d117 = (cse_160 + (cse_85 * d87))
-        d118 = (-cse_229 + (cse_89 * d82))
-        d119 = (-cse_231 + (cse_89 * d83))
-        d120 = (-cse_233 + (cse_89 * d84))
-        d121 = (cse_170 + cse_235 + (cse_89 * d85))
-        d122 = (cse_173 + (cse_89 * d86))
-        d123 = (cse_175 + (cse_89 * d87))
-        d124 = (-cse_239 + (cse_93 * d82))
-        d125 = (-cse_241 + (cse_93 * d83))
-        d126 = (-cse_243 + (cse_93 * d84))
-        d127 = (cse_173 + (cse_93 * d85))
-        d128 = (cse_185 + cse_235 + (cse_93 * d86))
-        d129 = (cse_188 + (cse_93 * d87))
-        d130 = (-cse_248 + (cse_97 * d82))
-        d131 = (-cse_250 + (cse_97 * d83))
-        d132 = (-cse_252 + (cse_97 * d84))
-        d133 = (cse_175 + (cse_97 * d85))
-        d134 = (cse_188 + (cse_97 * d86))
-        d135 = (cse_199 + cse_235 + (cse_97 * d87))
-        d136 = (-cse_259 - cse_264 + (cse_77 * d88))
-        d137 = (cse_267 - cse_270 + (cse_77 * d89))
-        d138 = (cse_267 - cse_273 + (cse_77 * d90))
-        d139 = ((cse_18 * cse_276) + (cse_77 * d91))
-        d140 = ((cse_20 * cse_276) + (cse_77 * d92))
-        d141 = ((cse_22 * cse_276) + (cse_77 * d93))
-        d142 = (cse_267 - cse_280 + (cse_81 * d88))
-        d143 = (-cse_259 - cse_282 + (cse_81 * d89))
-        d144 = (cse_267 - cse_284 + (cse_81 * d90))
-        d145 = ((cse_18 * cse_286) + (cse_81 * d91))
-        d146 = ((cse_20 * cse_286) + (cse_81 * d92))
-        d147 = ((cse_22 * cse_286) + (cse_81 * d93))
-        d148 = (cse_267 - cse_290 + (cse_85 * d88))
-        d149 = (cse_267 - cse_292 + (cse_85 * d89))
-        d150 = (-cse_259 - cse_294 + (cse_85 * d90))
-        d151 = ((cse_18 * cse_296) + (cse_85 * d91))
-        d152 = ((cse_20 * cse_296) + (cse_85 * d92))
-        d153 = ((cse_22 * cse_296) + (cse_85 * d93))
-        d154 = (-cse_300 + (cse_89 * d88))
-        d155 = (-cse_302 + (cse_89 * d89))
-        d156 = (-cse_304 + (cse_89 * d90))
-        d157 = (cse_306 + (cse_19 * cse_307) + (cse_89 * d91))
-        d158 = (cse_310 + (cse_89 * d92))
-        d159 = (cse_312 + (cse_89 * d93))
-        d160 = (-cse_314 + (cse_93 * d88))
-        d161 = (-cse_316 + (cse_93 * d89))
-        d162 = (-cse_318 + (cse_93 * d90))
-        d163 = (cse_310 + (cse_93 * d91))
-        d164 = (cse_306 + (cse_21 * cse_307) + (cse_93 * d92))
-        d165 = (cse_322 + (cse_93 * d93))
-        d166 = (-cse_324 + (cse_97 * d88))
-        d167 = (-cse_326 + (cse_97 * d89))
-        d168 = (-cse_328 + (cse_97 * d90))
-        d169 = (cse_312 + (cse_97 * d91))
-        d170 = (cse_322 + (cse_97 * d92))
-        d171 = (cse_306 + (cse_23 * cse_307) + (cse_97 * d93))
-        cse_491 = (cse_490 * d112)
-        cse_492 = (cse_490 * d106)
-        cse_494 = (cse_490 * d113)
-        cse_495 = (cse_490 * d107)
-        cse_496 = (cse_490 * d108)
-        cse_497 = (cse_490 * d114)
-        cse_498 = (cse_490 * d115)
-        cse_499 = (cse_490 * d109)
-        cse_500 = (cse_490 * d116)
-        cse_501 = (cse_490 * d110)
-        cse_502 = (cse_490 * d117)
-        cse_503 = (cse_490 * d111)
-        cse_504 = (cse_490 * d100)
-        cse_505 = (cse_490 * d101)
-        cse_506 = (cse_490 * d102)
-        cse_507 = (cse_490 * d103)
-        cse_508 = (cse_490 * d104)
-        cse_509 = (cse_490 * d105)
-        d172 = (1.0 + (0.816496580927726 * d81))
-        d173 = (0.816496580927726 * d1)
-        d174 = (0.816496580927726 * d2)
-        d175 = (0.816496580927726 * d3)
-        d176 = (0.816496580927726 * d4)
-        d177 = (0.816496580927726 * d5)
-        d178 = (0.816496580927726 * d6)
-        d179 = (0.816496580927726 * d82)
-        d180 = (0.816496580927726 * d83)
-        d181 = (0.816496580927726 * d84)
-        d182 = (0.816496580927726 * d85)
-        d183 = (0.816496580927726 * d86)
-        d184 = (0.816496580927726 * d87)
-        d185 = (0.816496580927726 * d88)
-        d186 = (0.816496580927726 * d89)
-        d187 = (0.816496580927726 * d90)
-        d188 = (0.816496580927726 * d91)
-        d189 = (0.816496580927726 * d92)
-        d190 = (0.816496580927726 * d93)
-        d191 = (cse_418 * d81)
-        d192 = (cse_419 * d81)
-        d193 = (cse_420 * d81)
-        d194 = (cse_421 * d81)
-        d195 = (cse_422 * d81)
-        d196 = (cse_423 * d81)
-        d197 = ((cse_418 * d1) + (nx_0 * (cse_425 - (cse_111 * cse_49))))
-        d198 = ((cse_418 * d2) + (nx_0 * (-cse_426 - (cse_118 * cse_49))))
-        d199 = ((cse_418 * d3) + (nx_0 * (-cse_426 - (cse_122 * cse_49))))
-        d200 = (-cse_431 + (cse_418 * d4))
-        d201 = (-cse_433 + (cse_418 * d5))
-        d202 = (-cse_434 + (cse_418 * d6))
-        d203 = ((cse_419 * d1) + (nx_0 * (-cse_426 - (cse_135 * cse_49))))
-        d204 = ((cse_419 * d2) + (nx_0 * (cse_425 - (cse_137 * cse_49))))
-        d205 = ((cse_419 * d3) + (nx_0 * (-cse_426 - (cse_139 * cse_49))))
-        d206 = (-cse_436 + (cse_419 * d4))
-        d207 = (-cse_437 + (cse_419 * d5))
-        d208 = (-cse_438 + (cse_419 * d6))
-        d209 = ((cse_420 * d1) + (nx_0 * (-cse_426 - (cse_149 * cse_49))))
-        d210 = ((cse_420 * d2) + (nx_0 * (-cse_426 - (cse_151 * cse_49))))
-        d211 = ((cse_420 * d3) + (nx_0 * (cse_425 - (cse_153 * cse_49))))
-        d212 = (-cse_440 + (cse_420 * d4))
-        d213 = (-cse_441 + (cse_420 * d5))
-        d214 = (-cse_442 + (cse_420 * d6))
-        d215 = ((cse_421 * d1) - (cse_163 * cse_443))
-        d216 = ((cse_421 * d2) - (cse_165 * cse_443))
-        d217 = ((cse_421 * d3) - (cse_167 * cse_443))
-        d218 = ((cse_421 * d4) - (cse_446 * nx_0))
-        d219 = (-cse_448 + (cse_421 * d5))
-        d220 = (-cse_449 + (cse_421 * d6))
-        d221 = ((cse_422 * d1) - (cse_178 * cse_443))
-        d222 = ((cse_422 * d2) - (cse_180 * cse_443))
-        d223 = ((cse_422 * d3) - (cse_182 * cse_443))
-        d224 = (-cse_448 + (cse_422 * d4))
-        d225 = ((cse_422 * d5) - (cse_450 * nx_0))
-        d226 = (-cse_451 + (cse_422 * d6))
-        d227 = ((cse_423 * d1) - (cse_191 * cse_443))
-        d228 = ((cse_423 * d2) - (cse_193 * cse_443))
-        d229 = ((cse_423 * d3) - (cse_195 * cse_443))
-        d230 = (-cse_449 + (cse_423 * d4))
-        d231 = (-cse_451 + (cse_423 * d5))
-        d232 = ((cse_423 * d6) - (cse_452 * nx_0))
-        d233 = ((cse_418 * d82) + (nx_0 * (-cse_425 - (cse_201 * cse_49))))
-        d234 = ((cse_418 * d83) + (nx_0 * (cse_426 - (cse_204 * cse_49))))
-        d235 = ((cse_418 * d84) + (nx_0 * (cse_426 - (cse_206 * cse_49))))
-        d236 = (cse_431 + (cse_418 * d85))
-        d237 = (cse_433 + (cse_418 * d86))
-        d238 = (cse_434 + (cse_418 * d87))
-        d239 = ((cse_419 * d82) + (nx_0 * (cse_426 - (cse_211 * cse_49))))
-        d240 = ((cse_419 * d83) + (nx_0 * (-cse_425 - (cse_213 * cse_49))))
-        d241 = ((cse_419 * d84) + (nx_0 * (cse_426 - (cse_215 * cse_49))))
-        d242 = (cse_436 + (cse_419 * d85))
-        d243 = (cse_437 + (cse_419 * d86))
-        d244 = (cse_438 + (cse_419 * d87))
-        d245 = ((cse_420 * d82) + (nx_0 * (cse_426 - (cse_220 * cse_49))))
-        d246 = ((cse_420 * d83) + (nx_0 * (cse_426 - (cse_222 * cse_49))))
-        d247 = ((cse_420 * d84) + (nx_0 * (-cse_425 - (cse_224 * cse_49))))
-        d248 = (cse_440 + (cse_420 * d85))
-        d249 = (cse_441 + (cse_420 * d86))
-        d250 = (cse_442 + (cse_420 * d87))
-        d251 = ((cse_421 * d82) - (cse_229 * cse_443))
-        d252 = ((cse_421 * d83) - (cse_231 * cse_443))
-        d253 = ((cse_421 * d84) - (cse_233 * cse_443))
-        d254 = ((cse_421 * d85) + (cse_446 * nx_0))
-        d255 = (cse_448 + (cse_421 * d86))
-        d256 = (cse_449 + (cse_421 * d87))
-        d257 = ((cse_422 * d82) - (cse_239 * cse_443))
-        d258 = ((cse_422 * d83) - (cse_241 * cse_443))
-        d259 = ((cse_422 * d84) - (cse_243 * cse_443))
-        d260 = (cse_448 + (cse_422 * d85))
-        d261 = ((cse_422 * d86) + (cse_450 * nx_0))
-        d262 = (cse_451 + (cse_422 * d87))
-        d263 = ((cse_423 * d82) - (cse_248 * cse_443))
-        d264 = ((cse_423 * d83) - (cse_250 * cse_443))
-        d265 = ((cse_423 * d84) - (cse_252 * cse_443))
-        d266 = (cse_449 + (cse_423 * d85))
-        d267 = (cse_451 + (cse_423 * d86))
-        d268 = ((cse_423 * d87) + (cse_452 * nx_0))
-        d269 = ((cse_418 * d88) + (nx_0 * (-cse_454 - (cse_264 * cse_49))))
-        d270 = ((cse_418 * d89) + (nx_0 * (cse_455 - (cse_270 * cse_49))))
-        d271 = ((cse_418 * d90) + (nx_0 * (cse_455 - (cse_273 * cse_49))))
-        d272 = ((cse_418 * d91) + (cse_427 * cse_457))
-        d273 = ((cse_20 * cse_458) + (cse_418 * d92))
-        d274 = ((cse_22 * cse_458) + (cse_418 * d93))
-        d275 = ((cse_419 * d88) + (nx_0 * (cse_455 - (cse_280 * cse_49))))
-        d276 = ((cse_419 * d89) + (nx_0 * (-cse_454 - (cse_282 * cse_49))))
-        d277 = ((cse_419 * d90) + (nx_0 * (cse_455 - (cse_284 * cse_49))))
-        d278 = ((cse_18 * cse_459) + (cse_419 * d91))
-        d279 = ((cse_20 * cse_459) + (cse_419 * d92))
-        d280 = ((cse_22 * cse_459) + (cse_419 * d93))
-        d281 = ((cse_420 * d88) + (nx_0 * (cse_455 - (cse_290 * cse_49))))
-        d282 = ((cse_420 * d89) + (nx_0 * (cse_455 - (cse_292 * cse_49))))
-        d283 = ((cse_420 * d90) + (nx_0 * (-cse_454 - (cse_294 * cse_49))))
-        d284 = ((cse_18 * cse_460) + (cse_420 * d91))
-        d285 = ((cse_20 * cse_460) + (cse_420 * d92))
-        d286 = ((cse_22 * cse_460) + (cse_420 * d93))
-        d287 = ((cse_421 * d88) - (cse_300 * cse_443))
-        d288 = ((cse_421 * d89) - (cse_302 * cse_443))
-        d289 = ((cse_421 * d90) - (cse_304 * cse_443))
-        d290 = ((cse_421 * d91) + (nx_0 * (cse_462 + (cse_445 * cse_461))))
-        d291 = (cse_464 + (cse_421 * d92))
-        d292 = (cse_465 + (cse_421 * d93))
-        d293 = ((cse_422 * d88) - (cse_314 * cse_443))
-        d294 = ((cse_422 * d89) - (cse_316 * cse_443))
-        d295 = ((cse_422 * d90) - (cse_318 * cse_443))
-        d296 = (cse_464 + (cse_422 * d91))
-        d297 = ((cse_422 * d92) + (nx_0 * (cse_462 + (cse_21 * cse_466))))
-        d298 = (cse_467 + (cse_422 * d93))
-        d299 = ((cse_423 * d88) - (cse_324 * cse_443))
-        d300 = ((cse_423 * d89) - (cse_326 * cse_443))
-        d301 = ((cse_423 * d90) - (cse_328 * cse_443))
-        d302 = (cse_465 + (cse_423 * d91))
-        d303 = (cse_467 + (cse_423 * d92))
-        d304 = ((cse_423 * d93) + (nx_0 * (cse_462 + (cse_23 * cse_466))))
-        d305 = (cse_471 * d81)
-        d306 = (cse_471 * d1)
-        d307 = (cse_471 * d2)
-        d308 = (cse_471 * d3)
-        d309 = (cse_471 * d4)
-        d310 = (cse_471 * d5)
-        d311 = (cse_471 * d6)
-        d312 = (cse_471 * d82)
-        d313 = (cse_471 * d83)
-        d314 = (cse_471 * d84)
-        d315 = (cse_471 * d85)
-        d316 = (cse_471 * d86)
-        d317 = (cse_471 * d87)
-        d318 = (cse_471 * d88)
-        d319 = (cse_471 * d89)
-        d320 = (cse_471 * d90)
-        d321 = (cse_471 * d91)
-        d322 = (cse_471 * d92)
-        d323 = (cse_471 * d93)
-        d324 = (cse_487 * d94)
-        d325 = (cse_487 * d95)
-        d326 = (cse_487 * d96)
-        d327 = (cse_488 * d97)
-        d328 = (cse_488 * d98)
-        d329 = (cse_488 * d99)
-        d330 = (cse_491 + cse_492 + (cse_493 * d100))
-        d331 = (cse_494 + cse_495 + (cse_493 * d101))
-        d332 = (cse_496 + cse_497 + (cse_493 * d102))
-        d333 = (cse_498 + cse_499 + (cse_493 * d103))
-        d334 = (cse_500 + cse_501 + (cse_493 * d104))
-        d335 = (cse_502 + cse_503 + (cse_493 * d105))
-        d336 = (cse_491 + cse_504 + (cse_493 * d106))
-        d337 = (cse_494 + cse_505 + (cse_493 * d107))
-        d338 = (cse_497 + cse_506 + (cse_493 * d108))
-        d339 = (cse_498 + cse_507 + (cse_493 * d109))
-        d340 = (cse_500 + cse_508 + (cse_493 * d110))
-        d341 = (cse_502 + cse_509 + (cse_493 * d111))
-        d342 = (cse_492 + cse_504 + (cse_493 * d112))
-        d343 = (cse_495 + cse_505 + (cse_493 * d113))
-        d344 = (cse_496 + cse_506 + (cse_493 * d114))
-        d345 = (cse_499 + cse_507 + (cse_493 * d115))
-        d346 = (cse_501 + cse_508 + (cse_493 * d116))
-        d347 = (cse_503 + cse_509 + (cse_493 * d117))
-        d348 = (cse_488 * d118)
-        d349 = (cse_488 * d119)
-        d350 = (cse_488 * d120)
-        d351 = (cse_488 * d121)
-        d352 = (cse_488 * d122)
-        d353 = (cse_488 * d123)
-        d354 = (cse_488 * d124)
-        d355 = (cse_488 * d125)
-        d356 = (cse_488 * d126)
-        d357 = (cse_488 * d127)
-        d358 = (cse_488 * d128)
-        d359 = (cse_488 * d129)
-        d360 = (cse_488 * d130)
-        d361 = (cse_488 * d131)
-        d362 = (cse_488 * d132)
-        d363 = (cse_488 * d133)
-        d364 = (cse_488 * d134)
-        d365 = (cse_488 * d135)
-        d366 = (cse_487 * d136)
-        d367 = (cse_487 * d137)
-        d368 = (cse_487 * d138)
-        d369 = (cse_487 * d139)
-        d370 = (cse_487 * d140)
-        d371 = (cse_487 * d141)
-        d372 = (cse_487 * d142)
-        d373 = (cse_487 * d143)
-        d374 = (cse_487 * d144)
-        d375 = (cse_487 * d145)
-        d376 = (cse_487 * d146)
-        d377 = (cse_487 * d147)
-        d378 = (cse_487 * d148)
-        d379 = (cse_487 * d149)
-        d380 = (cse_487 * d150)
-        d381 = (cse_487 * d151)
-        d382 = (cse_487 * d152)
-        d383 = (cse_487 * d153)
-        d384 = (cse_488 * d154)
-        d385 = (cse_488 * d155)
-        d386 = (cse_488 * d156)
-        d387 = (cse_488 * d157)
-        d388 = (cse_488 * d158)
-        d389 = (cse_488 * d159)
-        d390 = (cse_488 * d160)
-        d391 = (cse_488 * d161)
-        d392 = (cse_488 * d162)
-        d393 = (cse_488 * d163)
-        d394 = (cse_488 * d164)
-        d395 = (cse_488 * d165)
-        d396 = (cse_488 * d166)
-        d397 = (cse_488 * d167)
-        d398 = (cse_488 * d168)
-        d399 = (cse_488 * d169)
-        d400 = (cse_488 * d170)
-        d401 = (cse_488 * d171)
+        dcse_418 = _sdiv(1.0, (2.0 * cse_32))
+        dcse_408 = (p_g * state_internal_dgamma)
+        dcse_447 = (cse_49 * dcse_408)
+        dcse_409 = (1.0 + dcse_408)
+        dcse_473 = (1.0 / (dcse_409 * dcse_409))
+        dcse_448 = (dcse_447 * dcse_473)
+        dcse_68 = (p_R * nx_1)
+        dcse_69 = (p_d * dcse_68)
+        dcse_455 = (0.6666666666666666 * dcse_69)
+        dcse_89 = (p_E * cse_14)
+        dcse_244 = (0.6666666666666666 * nx_0)
+        dcse_453 = (p_C * dcse_244)
+        dcse_456 = (dcse_453 + (2.0 * dcse_89))
+        dcse_410 = (p_g * dcse_473)
+        dcse_411 = (2.0 * dcse_410)
+        dcse_412 = (cse_17 * cse_8)
+        dcse_413 = (cse_18 * old_state_internal_X_3)
+        dcse_414 = (cse_20 * old_state_internal_X_4)
+        dcse_415 = (cse_22 * old_state_internal_X_5)
+        dcse_416 = (cse_25 * cse_28)
+        dcse_417 = (cse_29 * cse_31)
+        dcse_474 = ((dcse_411 * dcse_412) + (dcse_411 * dcse_413) + (dcse_411 * dcse_414) + (dcse_411 * dcse_415) + (dcse_411 * dcse_416) + (dcse_411 * dcse_417))
+        dcse_452 = (1.0 - nx_1)
+        dcse_76 = (p_E * state_internal_dgamma)
+        dcse_454 = (cse_32 + dcse_76 - (state_internal_dgamma * (cse_16 + dcse_453)))
+        dcse_499 = _heaviside((-dcse_454 + (0.816496580927726 * (p_sigma_y + (p_R * dcse_452)))))
+        dcse_500 = (1.0 - dcse_499)
+        dcse_501 = (1.0 / ((p_E * dcse_499) + (dcse_455 * dcse_500) + (dcse_500 * (dcse_456 - dcse_448 - (dcse_418 * dcse_474)))))
+        dcse_64 = (2.449489742783178 * dcse_501)
+        dcse_65 = (dcse_500 * dcse_64)
+        dcse_66 = (0.3333333333333333 * dcse_65)
+        dcse_419 = (cse_33 * dcse_408)
+        dcse_420 = (dcse_419 * dcse_473)
+        dcse_82 = torch.where(state_internal_dgamma == 0.0, 0.0, _sdiv(1.0, (cse_32 * cse_32)))
+        dcse_83 = (dcse_82 * torch.where(state_internal_dgamma == 0.0, 0.0, dcse_418))
+        dcse_84 = (cse_17 * state_internal_dgamma)
+        dcse_85 = (dcse_83 * dcse_84)
+        dcse_421 = (dcse_474 * dcse_85)
+        dcse_475 = (cse_34 - dcse_421 + (cse_8 * dcse_420))
+        dcse_67 = (dcse_475 * dcse_66)
+        dcse_92 = (dcse_83 * state_internal_dgamma)
+        dcse_93 = (cse_31 * dcse_92)
+        dcse_422 = (dcse_474 * dcse_93)
+        dcse_476 = (cse_36 - dcse_422 + (cse_29 * dcse_420))
+        dcse_70 = (dcse_476 * dcse_66)
+        dcse_97 = (cse_28 * dcse_92)
+        dcse_423 = (dcse_474 * dcse_97)
+        dcse_477 = (cse_38 - dcse_423 + (cse_25 * dcse_420))
+        dcse_71 = (dcse_477 * dcse_66)
+        dcse_101 = (cse_18 * dcse_92)
+        dcse_424 = (dcse_101 * dcse_474)
+        dcse_478 = (cse_40 - dcse_424 + (dcse_420 * old_state_internal_X_3))
+        dcse_72 = (dcse_478 * dcse_66)
+        dcse_116 = (cse_20 * dcse_92)
+        dcse_425 = (dcse_116 * dcse_474)
+        dcse_479 = (cse_42 - dcse_425 + (dcse_420 * old_state_internal_X_4))
+        dcse_73 = (dcse_479 * dcse_66)
+        dcse_128 = (cse_22 * dcse_92)
+        dcse_426 = (dcse_128 * dcse_474)
+        dcse_480 = (cse_44 - dcse_426 + (dcse_420 * old_state_internal_X_5))
+        dcse_74 = (dcse_480 * dcse_66)
+        dcse_75 = (1.3333333333333333 * cse_33)
+        dcse_77 = (cse_14 * dcse_76)
+        dcse_78 = (dcse_75 * dcse_77)
+        dcse_79 = (dcse_500 * dcse_501)
+        dcse_80 = (dcse_418 * dcse_79)
+        dcse_81 = (dcse_475 * dcse_80)
+        dcse_86 = (dcse_85 - dcse_81)
+        dcse_87 = (0.6666666666666666 * cse_33)
+        dcse_88 = (dcse_77 * dcse_87)
+        dcse_90 = (dcse_89 * (-(4.0 * dcse_85) + (4.0 * dcse_418 * dcse_475 * dcse_500 * dcse_501)))
+        dcse_91 = (dcse_476 * dcse_80)
+        dcse_94 = (dcse_93 - dcse_91)
+        dcse_95 = (dcse_89 * (-(4.0 * dcse_93) + (4.0 * dcse_418 * dcse_476 * dcse_500 * dcse_501)))
+        dcse_96 = (dcse_477 * dcse_80)
+        dcse_98 = (dcse_97 - dcse_96)
+        dcse_99 = (dcse_89 * (-(4.0 * dcse_97) + (4.0 * dcse_418 * dcse_477 * dcse_500 * dcse_501)))
+        dcse_100 = (dcse_478 * dcse_80)
+        dcse_102 = (dcse_101 - dcse_100)
+        dcse_427 = (2.6666666666666665 * dcse_89)
+        dcse_238 = (1.3333333333333333 * dcse_89)
+        dcse_428 = (cse_28 * dcse_238)
+        dcse_429 = (cse_31 * dcse_238)
+        dcse_430 = (dcse_428 + dcse_429 - (cse_17 * dcse_427))
+        dcse_103 = (dcse_102 * dcse_430)
+        dcse_431 = (cse_17 * dcse_238)
+        dcse_432 = (dcse_428 + dcse_431 - (cse_31 * dcse_427))
+        dcse_104 = (dcse_102 * dcse_432)
+        dcse_433 = (dcse_429 + dcse_431 - (cse_28 * dcse_427))
+        dcse_105 = (dcse_102 * dcse_433)
+        dcse_106 = (cse_15 * state_internal_dgamma)
+        dcse_107 = (cse_33 * dcse_106)
+        dcse_108 = (4.0 * dcse_92)
+        dcse_109 = (-(cse_19 * dcse_108) + (4.0 * cse_18 * dcse_100))
+        dcse_110 = (cse_14 * dcse_109)
+        dcse_111 = ((4.0 * dcse_101) - (4.0 * dcse_418 * dcse_478 * dcse_500 * dcse_501))
+        dcse_112 = (-dcse_111 * dcse_89)
+        dcse_113 = (cse_20 * dcse_112)
+        dcse_114 = (cse_22 * dcse_112)
+        dcse_115 = (dcse_479 * dcse_80)
+        dcse_117 = (dcse_116 - dcse_115)
+        dcse_118 = (dcse_117 * dcse_430)
+        dcse_119 = (dcse_117 * dcse_432)
+        dcse_120 = (dcse_117 * dcse_433)
+        dcse_121 = ((4.0 * dcse_116) - (4.0 * dcse_418 * dcse_479 * dcse_500 * dcse_501))
+        dcse_122 = (-dcse_121 * dcse_89)
+        dcse_123 = (cse_18 * dcse_122)
+        dcse_124 = (-(cse_21 * dcse_108) + (4.0 * cse_20 * dcse_115))
+        dcse_125 = (cse_14 * dcse_124)
+        dcse_126 = (cse_22 * dcse_122)
+        dcse_127 = (dcse_480 * dcse_80)
+        dcse_129 = (dcse_128 - dcse_127)
+        dcse_130 = (dcse_129 * dcse_430)
+        dcse_131 = (dcse_129 * dcse_432)
+        dcse_132 = (dcse_129 * dcse_433)
+        dcse_133 = ((4.0 * dcse_128) - (4.0 * dcse_418 * dcse_480 * dcse_500 * dcse_501))
+        dcse_134 = (-dcse_133 * dcse_89)
+        dcse_135 = (cse_18 * dcse_134)
+        dcse_136 = (cse_20 * dcse_134)
+        dcse_137 = (-(cse_23 * dcse_108) + (4.0 * cse_22 * dcse_127))
+        dcse_138 = (cse_14 * dcse_137)
+        dcse_139 = (-dcse_102)
+        dcse_140 = (dcse_111 * dcse_89)
+        dcse_141 = (-dcse_117)
+        dcse_142 = (dcse_121 * dcse_89)
+        dcse_143 = (-dcse_129)
+        dcse_144 = (dcse_133 * dcse_89)
+        dcse_145 = (nx_0 * state_internal_dgamma)
+        dcse_146 = (cse_33 * dcse_145)
+        dcse_147 = (0.6666666666666666 * dcse_146)
+        dcse_148 = (-dcse_147)
+        dcse_149 = (-dcse_86)
+        dcse_150 = (0.3333333333333333 * dcse_146)
+        dcse_151 = (-(2.0 * dcse_81) + (2.0 * dcse_85))
+        dcse_152 = (dcse_151 * nx_0)
+        dcse_153 = (-dcse_94)
+        dcse_154 = (-(2.0 * dcse_91) + (2.0 * dcse_93))
+        dcse_155 = (dcse_154 * nx_0)
+        dcse_156 = (-dcse_98)
+        dcse_157 = (-(2.0 * dcse_96) + (2.0 * dcse_97))
+        dcse_158 = (dcse_157 * nx_0)
+        dcse_159 = (2.0 * dcse_100)
+        dcse_160 = (cse_18 * dcse_159)
+        dcse_161 = (-cse_33)
+        dcse_162 = (2.0 * dcse_83)
+        dcse_163 = (dcse_161 + (cse_19 * dcse_162))
+        dcse_164 = (-dcse_159 + (2.0 * dcse_101))
+        dcse_165 = (dcse_164 * nx_0)
+        dcse_166 = (2.0 * dcse_115)
+        dcse_167 = (-dcse_166 + (2.0 * dcse_116))
+        dcse_168 = (dcse_167 * nx_0)
+        dcse_169 = (cse_20 * dcse_166)
+        dcse_170 = (dcse_161 + (cse_21 * dcse_162))
+        dcse_171 = (2.0 * dcse_127)
+        dcse_172 = (-dcse_171 + (2.0 * dcse_128))
+        dcse_173 = (dcse_172 * nx_0)
+        dcse_174 = (cse_22 * dcse_171)
+        dcse_175 = (dcse_161 + (cse_23 * dcse_162))
+        dcse_438 = (4.0 * cse_14)
+        dcse_208 = (0.6666666666666666 * dcse_79)
+        dcse_312 = (dcse_473 * state_internal_dgamma)
+        dcse_234 = (dcse_418 * dcse_66)
+        dcse_235 = (dcse_234 * dcse_430)
+        dcse_236 = (dcse_234 * dcse_432)
+        dcse_237 = (dcse_234 * dcse_433)
+        dcse_239 = (dcse_418 * dcse_65)
+        dcse_240 = (dcse_238 * dcse_239)
+        dcse_241 = (cse_18 * dcse_240)
+        dcse_242 = (cse_20 * dcse_240)
+        dcse_243 = (cse_22 * dcse_240)
+        dcse_245 = (dcse_239 * dcse_244)
+        dcse_449 = (cse_33 * dcse_448)
+        dcse_489 = ((nx_0 * ((cse_34 * cse_49) + (cse_8 * dcse_449) - (cse_49 * dcse_421))) - (cse_50 * dcse_410))
+        dcse_246 = (dcse_489 * dcse_66)
+        dcse_490 = ((nx_0 * ((cse_29 * dcse_449) + (cse_36 * cse_49) - (cse_49 * dcse_422))) - (cse_51 * dcse_410))
+        dcse_247 = (dcse_490 * dcse_66)
+        dcse_491 = ((nx_0 * ((cse_25 * dcse_449) + (cse_38 * cse_49) - (cse_49 * dcse_423))) - (cse_52 * dcse_410))
+        dcse_248 = (dcse_491 * dcse_66)
+        dcse_492 = ((nx_0 * ((cse_40 * cse_49) + (dcse_449 * old_state_internal_X_3) - (cse_49 * dcse_424))) - (cse_53 * dcse_410))
+        dcse_249 = (dcse_492 * dcse_66)
+        dcse_493 = ((nx_0 * ((cse_42 * cse_49) + (dcse_449 * old_state_internal_X_4) - (cse_49 * dcse_425))) - (cse_54 * dcse_410))
+        dcse_250 = (dcse_493 * dcse_66)
+        dcse_494 = ((nx_0 * ((cse_44 * cse_49) + (dcse_449 * old_state_internal_X_5) - (cse_49 * dcse_426))) - (cse_55 * dcse_410))
+        dcse_251 = (dcse_494 * dcse_66)
+        dcse_252 = (p_C * cse_33)
+        dcse_253 = (dcse_252 * dcse_77 * nx_0)
+        dcse_254 = (0.8888888888888888 * dcse_253)
+        dcse_255 = (dcse_489 * dcse_80)
+        dcse_256 = (cse_17 * dcse_83)
+        dcse_257 = (cse_49 * dcse_145)
+        dcse_258 = (-dcse_255 + (dcse_256 * dcse_257))
+        dcse_259 = (0.4444444444444444 * dcse_253)
+        dcse_260 = (2.6666666666666665 * dcse_83)
+        dcse_261 = (p_C * dcse_145)
+        dcse_262 = (dcse_260 * dcse_261)
+        dcse_263 = ((cse_17 * dcse_262) - (4.0 * dcse_418 * dcse_489 * dcse_500 * dcse_501))
+        dcse_264 = (-dcse_263 * dcse_89)
+        dcse_265 = (dcse_490 * dcse_80)
+        dcse_266 = (dcse_257 * dcse_83)
+        dcse_267 = (-dcse_265 + (cse_31 * dcse_266))
+        dcse_268 = ((cse_31 * dcse_262) - (4.0 * dcse_418 * dcse_490 * dcse_500 * dcse_501))
+        dcse_269 = (-dcse_268 * dcse_89)
+        dcse_270 = (dcse_491 * dcse_80)
+        dcse_271 = (-dcse_270 + (cse_28 * dcse_266))
+        dcse_272 = ((cse_28 * dcse_262) - (4.0 * dcse_418 * dcse_491 * dcse_500 * dcse_501))
+        dcse_273 = (-dcse_272 * dcse_89)
+        dcse_274 = (dcse_492 * dcse_80)
+        dcse_275 = (cse_18 * dcse_83)
+        dcse_276 = (0.6666666666666666 * dcse_261)
+        dcse_277 = (-dcse_274 + (dcse_275 * dcse_276))
+        dcse_278 = (4.0 * cse_18 * dcse_274)
+        dcse_279 = (-1.3333333333333333 * cse_33)
+        dcse_280 = (dcse_279 + (cse_19 * dcse_260))
+        dcse_281 = ((cse_18 * dcse_262) - (4.0 * dcse_418 * dcse_492 * dcse_500 * dcse_501))
+        dcse_282 = (-dcse_281 * dcse_89)
+        dcse_283 = (dcse_493 * dcse_80)
+        dcse_284 = (dcse_276 * dcse_83)
+        dcse_285 = (-dcse_283 + (cse_20 * dcse_284))
+        dcse_286 = ((cse_20 * dcse_262) - (4.0 * dcse_418 * dcse_493 * dcse_500 * dcse_501))
+        dcse_287 = (-dcse_286 * dcse_89)
+        dcse_288 = (4.0 * cse_20 * dcse_283)
+        dcse_289 = (dcse_279 + (cse_21 * dcse_260))
+        dcse_290 = (dcse_494 * dcse_80)
+        dcse_291 = (-dcse_290 + (cse_22 * dcse_284))
+        dcse_292 = ((cse_22 * dcse_262) - (4.0 * dcse_418 * dcse_494 * dcse_500 * dcse_501))
+        dcse_293 = (-dcse_292 * dcse_89)
+        dcse_294 = (4.0 * cse_22 * dcse_290)
+        dcse_295 = (dcse_279 + (cse_23 * dcse_260))
+        dcse_296 = (-dcse_258)
+        dcse_297 = (dcse_263 * dcse_89)
+        dcse_298 = (-dcse_267)
+        dcse_299 = (dcse_268 * dcse_89)
+        dcse_300 = (-dcse_271)
+        dcse_301 = (dcse_272 * dcse_89)
+        dcse_302 = (-dcse_277)
+        dcse_303 = (dcse_281 * dcse_89)
+        dcse_304 = (-dcse_285)
+        dcse_305 = (dcse_286 * dcse_89)
+        dcse_306 = (-dcse_291)
+        dcse_307 = (dcse_292 * dcse_89)
+        dcse_495 = (-1.0 + (0.4444444444444444 * p_C * dcse_146))
+        dcse_308 = (-dcse_495 * nx_0)
+        dcse_309 = (nx_0 * nx_0)
+        dcse_310 = (0.2222222222222222 * dcse_252 * dcse_309 * state_internal_dgamma)
+        dcse_311 = (2.0 * nx_0)
+        dcse_313 = (1.3333333333333333 * p_C)
+        dcse_314 = (dcse_312 * dcse_313)
+        dcse_315 = ((dcse_256 * dcse_314) - (dcse_255 * dcse_311))
+        dcse_316 = (dcse_314 * dcse_83)
+        dcse_317 = ((cse_31 * dcse_316) - (dcse_265 * dcse_311))
+        dcse_318 = ((cse_28 * dcse_316) - (dcse_270 * dcse_311))
+        dcse_496 = (1.0 - (p_C * dcse_147))
+        dcse_319 = (-dcse_496)
+        dcse_320 = (dcse_309 * dcse_313 * dcse_92)
+        dcse_321 = ((dcse_275 * dcse_314) - (dcse_274 * dcse_311))
+        dcse_322 = ((cse_20 * dcse_316) - (dcse_283 * dcse_311))
+        dcse_323 = ((cse_22 * dcse_316) - (dcse_290 * dcse_311))
+        dcse_497 = _sdiv(1.0, cse_56)
+        dcse_335 = (dcse_497 * dcse_66)
+        dcse_336 = (dcse_497 * dcse_80)
+        dcse_337 = (dcse_336 * dcse_430)
+        dcse_338 = (dcse_336 * dcse_432)
+        dcse_339 = (dcse_336 * dcse_433)
+        dcse_340 = (cse_18 * dcse_89)
+        dcse_341 = (4.0 * dcse_336)
+        dcse_342 = (dcse_340 * dcse_341)
+        dcse_343 = (dcse_341 * dcse_89)
+        dcse_344 = (cse_20 * dcse_343)
+        dcse_345 = (cse_22 * dcse_343)
+        dcse_346 = (dcse_311 * dcse_336)
+        dcse_347 = (cse_475 * dcse_475)
+        dcse_348 = (dcse_347 * dcse_66)
+        dcse_349 = (cse_475 * dcse_70)
+        dcse_350 = (cse_475 * dcse_71)
+        dcse_351 = (cse_475 * dcse_72)
+        dcse_352 = (cse_475 * dcse_73)
+        dcse_353 = (cse_475 * dcse_74)
+        dcse_482 = (1.0 - (p_E * dcse_107))
+        dcse_381 = (-cse_475 * dcse_482)
+        dcse_382 = (p_E * cse_475)
+        dcse_383 = (cse_475 * dcse_147)
+        dcse_384 = (cse_475 * dcse_86)
+        dcse_385 = (-cse_475 * dcse_150)
+        dcse_386 = (cse_475 * nx_0)
+        dcse_387 = (-dcse_151 * dcse_386)
+        dcse_388 = (cse_475 * dcse_94)
+        dcse_389 = (-dcse_154 * dcse_386)
+        dcse_390 = (cse_475 * dcse_98)
+        dcse_391 = (-dcse_157 * dcse_386)
+        dcse_392 = (cse_475 * dcse_102)
+        dcse_393 = (-dcse_164 * dcse_386)
+        dcse_394 = (cse_475 * dcse_117)
+        dcse_395 = (-dcse_167 * dcse_386)
+        dcse_396 = (cse_475 * dcse_129)
+        dcse_397 = (-dcse_172 * dcse_386)
+        dcse_434 = (1.3333333333333333 * nx_0)
+        dcse_435 = (cse_28 * dcse_244)
+        dcse_436 = (cse_31 * dcse_244)
+        dcse_437 = (cse_17 * dcse_244)
+        dcse_450 = (cse_475 + cse_482)
+        dcse_457 = (4.0 * dcse_81)
+        dcse_458 = (dcse_438 * dcse_76)
+        dcse_459 = (dcse_256 * dcse_458)
+        dcse_460 = (dcse_457 * dcse_89)
+        dcse_461 = (4.0 * dcse_91)
+        dcse_462 = (cse_31 * dcse_458)
+        dcse_463 = (dcse_461 * dcse_89)
+        dcse_464 = (dcse_462 * dcse_83)
+        dcse_465 = (4.0 * dcse_96)
+        dcse_466 = (cse_28 * dcse_458)
+        dcse_467 = (dcse_465 * dcse_89)
+        dcse_468 = (dcse_466 * dcse_83)
+        dcse_472 = _sdiv(state_internal_dgamma, (cse_56 * cse_56))
+        dcse_481 = (-1.0 + dcse_78)
+        dcse_483 = (dcse_435 + dcse_436 - (cse_17 * dcse_434))
+        dcse_484 = (dcse_435 + dcse_437 - (cse_31 * dcse_434))
+        dcse_485 = (dcse_436 + dcse_437 - (cse_28 * dcse_434))
+        dcse_502 = (-dcse_481 - (dcse_430 * dcse_85) + (dcse_418 * dcse_430 * dcse_475 * dcse_500 * dcse_501))
+        dcse_503 = (dcse_88 + (dcse_432 * dcse_81) - (dcse_432 * dcse_85))
+        dcse_504 = (dcse_88 + (dcse_433 * dcse_81) - (dcse_433 * dcse_85))
+        dcse_505 = ((cse_18 * dcse_459) - (dcse_340 * dcse_457))
+        dcse_506 = ((cse_20 * dcse_459) - (cse_20 * dcse_460))
+        dcse_507 = ((cse_22 * dcse_459) - (cse_22 * dcse_460))
+        dcse_508 = (dcse_88 + (dcse_430 * dcse_91) - (dcse_430 * dcse_93))
+        dcse_509 = (-dcse_481 - (dcse_432 * dcse_93) + (dcse_418 * dcse_432 * dcse_476 * dcse_500 * dcse_501))
+        dcse_510 = (dcse_88 + (dcse_433 * dcse_91) - (dcse_433 * dcse_93))
+        dcse_511 = ((dcse_275 * dcse_462) - (dcse_340 * dcse_461))
+        dcse_512 = ((cse_20 * dcse_464) - (cse_20 * dcse_463))
+        dcse_513 = ((cse_22 * dcse_464) - (cse_22 * dcse_463))
+        dcse_514 = (dcse_88 + (dcse_430 * dcse_96) - (dcse_430 * dcse_97))
+        dcse_515 = (dcse_88 + (dcse_432 * dcse_96) - (dcse_432 * dcse_97))
+        dcse_516 = (-dcse_481 - (dcse_433 * dcse_97) + (dcse_418 * dcse_433 * dcse_477 * dcse_500 * dcse_501))
+        dcse_517 = ((dcse_275 * dcse_466) - (dcse_340 * dcse_465))
+        dcse_518 = ((cse_20 * dcse_468) - (cse_20 * dcse_467))
+        dcse_519 = ((cse_22 * dcse_468) - (cse_22 * dcse_467))
     if V & 8:  # total
-        cse_333 = (cse_15 * cse_258)
-        cse_334 = (cse_18 * cse_3)
-        cse_335 = (cse_20 * cse_4)
-        cse_336 = (cse_22 * cse_5)
-        cse_337 = (cse_27 * cse_28)
-        cse_338 = (cse_30 * cse_31)
-        cse_339 = (cse_11 * cse_17)
-        cse_340 = ((cse_124 * cse_334) + (cse_124 * cse_335) + (cse_124 * cse_336) + (cse_124 * cse_337) + (cse_124 * cse_338) + (cse_124 * cse_339))
-        cse_341 = (cse_110 * cse_340)
-        cse_343 = (cse_134 * cse_340)
-        cse_345 = (cse_148 * cse_340)
-        cse_347 = (cse_162 * cse_340)
-        cse_349 = (cse_177 * cse_340)
-        cse_351 = (cse_190 * cse_340)
-        cse_353 = (cse_14 * cse_14)
-        cse_354 = (cse_353 * cse_99)
-        cse_355 = (4.0 * cse_354)
-        cse_356 = (cse_33 * cse_355)
-        cse_357 = (8.0 * p_E * cse_353)
-        cse_358 = (-(cse_334 * cse_357) - (cse_335 * cse_357) - (cse_336 * cse_357) - (cse_337 * cse_357) - (cse_338 * cse_357) - (cse_339 * cse_357))
-        cse_359 = (cse_110 * cse_358)
-        cse_361 = (cse_134 * cse_358)
-        cse_363 = (cse_148 * cse_358)
-        cse_365 = (cse_162 * cse_358)
-        cse_367 = (cse_177 * cse_358)
-        cse_369 = (cse_190 * cse_358)
-        cse_383 = (cse_59 * (state_internal_dgamma * state_internal_dgamma))
-        cse_384 = (cse_33 * cse_383)
-        cse_385 = (cse_384 * cse_8)
-        cse_387 = (2.0 * cse_386)
-        cse_388 = ((cse_387 * cse_65) + (cse_387 * cse_66) + (cse_387 * cse_67) + (cse_387 * cse_68) + (cse_387 * cse_69) + (cse_387 * cse_70))
-        cse_389 = (cse_110 * cse_388)
-        cse_391 = (cse_29 * cse_384)
-        cse_392 = (cse_134 * cse_388)
-        cse_394 = (cse_25 * cse_384)
-        cse_395 = (cse_148 * cse_388)
-        cse_397 = (cse_384 * old_state_internal_X_3)
-        cse_398 = (cse_162 * cse_388)
-        cse_400 = (cse_384 * old_state_internal_X_4)
-        cse_401 = (cse_177 * cse_388)
-        cse_403 = (cse_384 * old_state_internal_X_5)
-        cse_404 = (cse_190 * cse_388)
-        cse_468 = (p_C * cse_101 * cse_258)
-        cse_469 = (2.6666666666666665 * cse_33 * cse_354)
-        cse_470 = (p_C * cse_469)
-        cse_510 = (cse_478 * cse_481)
-        cse_511 = (cse_474 * cse_510)
-        cse_512 = (p_E * (cse_474 * cse_474))
-        cse_513 = (cse_475 * cse_478)
-        cse_514 = ((cse_480 * cse_513) - (cse_510 * cse_512) + (cse_12 * cse_513 * (cse_480 * cse_480)))
-        # linear solve 3: 1x1, 7 right-hand side(s), unrolled over structural nonzeros
-        ls3_1 = ((p_E * cse_516) + (cse_517 * (-(cse_49 * cse_60) - (cse_71 * cse_72) + (2.0 * p_E * cse_14) + (0.6666666666666666 * p_C * nx_0))) + (0.6666666666666666 * cse_517 * cse_519))
-        ls3_2 = (1.0 / ls3_1)
-        ls3_3 = (-(cse_516 * state_internal_dgamma) - (cse_517 * ((cse_15 * state_internal_dgamma) - (cse_340 * cse_72))))
-        ls3_4 = (-cse_517 * (-cse_355 - (cse_358 * cse_72)))
-        ls3_5 = (-cse_520)
-        ls3_6 = (-cse_257 * cse_517 * state_internal_dgamma)
-        ls3_7 = (-cse_517 * (-(cse_383 * cse_49) - (cse_388 * cse_72)))
-        ls3_8 = (-cse_515 * cse_520)
-        ls3_9 = (-cse_518 * cse_520 * state_internal_ep)
-        ls3_10 = (ls3_3 * ls3_2)
-        ls3_11 = (ls3_4 * ls3_2)
-        ls3_12 = (ls3_5 * ls3_2)
-        ls3_13 = (ls3_6 * ls3_2)
-        ls3_14 = (ls3_7 * ls3_2)
-        ls3_15 = (ls3_8 * ls3_2)
-        ls3_16 = (ls3_9 * ls3_2)
-        d402 = ls3_10
-        d403 = ls3_11
-        d404 = ls3_12
-        d405 = ls3_13
-        d406 = ls3_14
-        d407 = ls3_15
-        d408 = ls3_16
-        d409 = (-cse_341 + (cse_11 * cse_333) + (cse_77 * d402))
-        d410 = (-cse_343 + (cse_30 * cse_333) + (cse_81 * d402))
-        d411 = (-cse_345 + (cse_27 * cse_333) + (cse_85 * d402))
-        d412 = (-cse_347 + (cse_3 * cse_333) + (cse_89 * d402))
-        d413 = (-cse_349 + (cse_333 * cse_4) + (cse_93 * d402))
-        d414 = (-cse_351 + (cse_333 * cse_5) + (cse_97 * d402))
-        d415 = (-cse_359 + (cse_77 * d403) - (cse_11 * cse_356))
-        d416 = (-cse_361 + (cse_81 * d403) - (cse_30 * cse_356))
-        d417 = (-cse_363 + (cse_85 * d403) - (cse_27 * cse_356))
-        d418 = (-cse_365 + (cse_89 * d403) - (cse_3 * cse_356))
-        d419 = (-cse_367 + (cse_93 * d403) - (cse_356 * cse_4))
-        d420 = (-cse_369 + (cse_97 * d403) - (cse_356 * cse_5))
-        d421 = (cse_77 * d404)
-        d422 = (cse_81 * d404)
-        d423 = (cse_85 * d404)
-        d424 = (cse_89 * d404)
-        d425 = (cse_93 * d404)
-        d426 = (cse_97 * d404)
-        d427 = (cse_77 * d405)
-        d428 = (cse_81 * d405)
-        d429 = (cse_85 * d405)
-        d430 = (cse_89 * d405)
-        d431 = (cse_93 * d405)
-        d432 = (cse_97 * d405)
-        d433 = (cse_385 - cse_389 + (cse_77 * d406))
-        d434 = (cse_391 - cse_392 + (cse_81 * d406))
-        d435 = (cse_394 - cse_395 + (cse_85 * d406))
-        d436 = (cse_397 - cse_398 + (cse_89 * d406))
-        d437 = (cse_400 - cse_401 + (cse_93 * d406))
-        d438 = (cse_403 - cse_404 + (cse_97 * d406))
-        d439 = (cse_77 * d407)
-        d440 = (cse_81 * d407)
-        d441 = (cse_85 * d407)
-        d442 = (cse_89 * d407)
-        d443 = (cse_93 * d407)
-        d444 = (cse_97 * d407)
-        d445 = (cse_77 * d408)
-        d446 = (cse_81 * d408)
-        d447 = (cse_85 * d408)
-        d448 = (cse_89 * d408)
-        d449 = (cse_93 * d408)
-        d450 = (cse_97 * d408)
-        d451 = (0.816496580927726 * d402)
-        d452 = (0.816496580927726 * d403)
-        d453 = (0.816496580927726 * d404)
-        d454 = (0.816496580927726 * d405)
-        d455 = (0.816496580927726 * d406)
-        d456 = (0.816496580927726 * d407)
-        d457 = (0.816496580927726 * d408)
-        d458 = ((cse_418 * d402) + (nx_0 * (-(cse_341 * cse_49) + (1.3333333333333333 * p_C * cse_11 * cse_14 * cse_33 * state_internal_dgamma))))
-        d459 = ((cse_419 * d402) + (nx_0 * (-(cse_343 * cse_49) + (1.3333333333333333 * p_C * cse_14 * cse_30 * cse_33 * state_internal_dgamma))))
-        d460 = ((cse_420 * d402) + (nx_0 * (-(cse_345 * cse_49) + (1.3333333333333333 * p_C * cse_14 * cse_27 * cse_33 * state_internal_dgamma))))
-        d461 = ((cse_421 * d402) + (nx_0 * ((cse_3 * cse_468) - (cse_347 * cse_49))))
-        d462 = ((cse_422 * d402) + (nx_0 * ((cse_4 * cse_468) - (cse_349 * cse_49))))
-        d463 = ((cse_423 * d402) + (nx_0 * ((cse_468 * cse_5) - (cse_351 * cse_49))))
-        d464 = ((cse_418 * d403) + (nx_0 * (-(cse_359 * cse_49) - (p_C * cse_11 * cse_469))))
-        d465 = ((cse_419 * d403) + (nx_0 * (-(cse_30 * cse_470) - (cse_361 * cse_49))))
-        d466 = ((cse_420 * d403) + (nx_0 * (-(cse_27 * cse_470) - (cse_363 * cse_49))))
-        d467 = ((cse_421 * d403) + (nx_0 * (-(cse_3 * cse_470) - (cse_365 * cse_49))))
-        d468 = ((cse_422 * d403) + (nx_0 * (-(cse_367 * cse_49) - (cse_4 * cse_470))))
-        d469 = ((cse_423 * d403) + (nx_0 * (-(cse_369 * cse_49) - (cse_470 * cse_5))))
-        d470 = (cse_418 * d404)
-        d471 = (cse_419 * d404)
-        d472 = (cse_420 * d404)
-        d473 = (cse_421 * d404)
-        d474 = (cse_422 * d404)
-        d475 = (cse_423 * d404)
-        d476 = ((cse_257 * cse_35) + (cse_418 * d405))
-        d477 = ((cse_257 * cse_37) + (cse_419 * d405))
-        d478 = ((cse_257 * cse_39) + (cse_420 * d405))
-        d479 = ((cse_257 * cse_41) + (cse_421 * d405))
-        d480 = ((cse_257 * cse_43) + (cse_422 * d405))
-        d481 = ((cse_257 * cse_45) + (cse_423 * d405))
-        d482 = ((cse_418 * d406) + (nx_0 * ((cse_385 * cse_49) - (cse_389 * cse_49))) - (cse_386 * cse_50))
-        d483 = ((cse_419 * d406) + (nx_0 * ((cse_391 * cse_49) - (cse_392 * cse_49))) - (cse_386 * cse_51))
-        d484 = ((cse_420 * d406) + (nx_0 * ((cse_394 * cse_49) - (cse_395 * cse_49))) - (cse_386 * cse_52))
-        d485 = ((cse_421 * d406) + (nx_0 * ((cse_397 * cse_49) - (cse_398 * cse_49))) - (cse_386 * cse_53))
-        d486 = ((cse_422 * d406) + (nx_0 * ((cse_400 * cse_49) - (cse_401 * cse_49))) - (cse_386 * cse_54))
-        d487 = ((cse_423 * d406) + (nx_0 * ((cse_403 * cse_49) - (cse_404 * cse_49))) - (cse_386 * cse_55))
-        d488 = (cse_418 * d407)
-        d489 = (cse_419 * d407)
-        d490 = (cse_420 * d407)
-        d491 = (cse_421 * d407)
-        d492 = (cse_422 * d407)
-        d493 = (cse_423 * d407)
-        d494 = (cse_418 * d408)
-        d495 = (cse_419 * d408)
-        d496 = (cse_420 * d408)
-        d497 = (cse_421 * d408)
-        d498 = (cse_422 * d408)
-        d499 = (cse_423 * d408)
-        d500 = (cse_471 * d402)
-        d501 = (cse_471 * d403)
-        d502 = (cse_471 * d404)
-        d503 = (cse_471 * d405)
-        d504 = (cse_471 * d406)
-        d505 = (cse_471 * d407)
-        d506 = (cse_471 * d408)
-        d507 = (cse_511 + (cse_472 * cse_474) + (cse_487 * d409))
-        d508 = (cse_511 + (cse_474 * cse_476) + (cse_487 * d410))
-        d509 = (cse_511 + (cse_474 * cse_477) + (cse_487 * d411))
-        d510 = ((cse_474 * cse_484) + (cse_488 * d412))
-        d511 = ((cse_474 * cse_485) + (cse_488 * d413))
-        d512 = ((cse_474 * cse_486) + (cse_488 * d414))
-        d513 = (cse_514 + (cse_487 * d415) - (cse_472 * cse_512))
-        d514 = (cse_514 + (cse_487 * d416) - (cse_476 * cse_512))
-        d515 = (cse_514 + (cse_487 * d417) - (cse_477 * cse_512))
-        d516 = ((cse_488 * d418) - (cse_484 * cse_512))
-        d517 = ((cse_488 * d419) - (cse_485 * cse_512))
-        d518 = ((cse_488 * d420) - (cse_486 * cse_512))
-        d519 = (cse_487 * d421)
-        d520 = (cse_487 * d422)
-        d521 = (cse_487 * d423)
-        d522 = (cse_488 * d424)
-        d523 = (cse_488 * d425)
-        d524 = (cse_488 * d426)
-        d525 = (cse_487 * d427)
-        d526 = (cse_487 * d428)
-        d527 = (cse_487 * d429)
-        d528 = (cse_488 * d430)
-        d529 = (cse_488 * d431)
-        d530 = (cse_488 * d432)
-        d531 = (cse_487 * d433)
-        d532 = (cse_487 * d434)
-        d533 = (cse_487 * d435)
-        d534 = (cse_488 * d436)
-        d535 = (cse_488 * d437)
-        d536 = (cse_488 * d438)
-        d537 = (cse_487 * d439)
-        d538 = (cse_487 * d440)
-        d539 = (cse_487 * d441)
-        d540 = (cse_488 * d442)
-        d541 = (cse_488 * d443)
-        d542 = (cse_488 * d444)
-        d543 = (cse_487 * d445)
-        d544 = (cse_487 * d446)
-        d545 = (cse_487 * d447)
-        d546 = (cse_488 * d448)
-        d547 = (cse_488 * d449)
-        d548 = (cse_488 * d450)
+        dcse_176 = (dcse_499 * state_internal_dgamma)
+        dcse_439 = (cse_11 * cse_17)
+        dcse_440 = (cse_18 * cse_3)
+        dcse_441 = (cse_20 * cse_4)
+        dcse_442 = (cse_22 * cse_5)
+        dcse_443 = (cse_27 * cse_28)
+        dcse_444 = (cse_30 * cse_31)
+        dcse_486 = ((dcse_438 * dcse_439) + (dcse_438 * dcse_440) + (dcse_438 * dcse_441) + (dcse_438 * dcse_442) + (dcse_438 * dcse_443) + (dcse_438 * dcse_444))
+        dcse_177 = (dcse_106 - (dcse_418 * dcse_486))
+        dcse_178 = (dcse_501 * (-dcse_176 - (dcse_177 * dcse_500)))
+        dcse_179 = (cse_15 * cse_33)
+        dcse_180 = (dcse_486 * dcse_83)
+        dcse_181 = (cse_17 * dcse_180)
+        dcse_182 = (-dcse_181 + (cse_11 * dcse_179))
+        dcse_183 = (cse_31 * dcse_180)
+        dcse_184 = (-dcse_183 + (cse_30 * dcse_179))
+        dcse_185 = (cse_28 * dcse_180)
+        dcse_186 = (-dcse_185 + (cse_27 * dcse_179))
+        dcse_187 = (cse_18 * dcse_180)
+        dcse_188 = (-dcse_187 + (cse_3 * dcse_179))
+        dcse_189 = (cse_20 * dcse_180)
+        dcse_190 = (-dcse_189 + (cse_4 * dcse_179))
+        dcse_191 = (cse_22 * dcse_180)
+        dcse_192 = (-dcse_191 + (cse_5 * dcse_179))
+        dcse_194 = (cse_14 * cse_14)
+        dcse_198 = (p_E * dcse_194)
+        dcse_445 = (8.0 * dcse_198)
+        dcse_487 = (-(dcse_439 * dcse_445) - (dcse_440 * dcse_445) - (dcse_441 * dcse_445) - (dcse_442 * dcse_445) - (dcse_443 * dcse_445) - (dcse_444 * dcse_445))
+        dcse_193 = (dcse_418 * dcse_487)
+        dcse_195 = (dcse_194 * dcse_76)
+        dcse_196 = (dcse_193 + (4.0 * dcse_195))
+        dcse_197 = (dcse_196 * dcse_79)
+        dcse_199 = (cse_33 * dcse_198)
+        dcse_200 = (4.0 * dcse_199)
+        dcse_201 = (dcse_487 * dcse_83)
+        dcse_202 = (cse_17 * dcse_201)
+        dcse_203 = (cse_31 * dcse_201)
+        dcse_204 = (cse_28 * dcse_201)
+        dcse_205 = (cse_18 * dcse_201)
+        dcse_206 = (cse_20 * dcse_201)
+        dcse_207 = (cse_22 * dcse_201)
+        dcse_209 = (dcse_145 * dcse_208)
+        dcse_210 = (dcse_209 * dcse_476)
+        dcse_211 = (dcse_209 * dcse_477)
+        dcse_212 = (dcse_209 * dcse_478)
+        dcse_213 = (dcse_209 * dcse_479)
+        dcse_214 = (dcse_209 * dcse_480)
+        dcse_215 = (state_internal_dgamma * state_internal_dgamma)
+        dcse_216 = (dcse_215 * dcse_473)
+        dcse_217 = (cse_33 * dcse_216)
+        dcse_446 = (2.0 * dcse_312)
+        dcse_488 = ((dcse_412 * dcse_446) + (dcse_413 * dcse_446) + (dcse_414 * dcse_446) + (dcse_415 * dcse_446) + (dcse_416 * dcse_446) + (dcse_417 * dcse_446))
+        dcse_218 = (dcse_418 * dcse_488)
+        dcse_219 = (cse_49 * dcse_216)
+        dcse_220 = (dcse_218 + dcse_219)
+        dcse_221 = (dcse_220 * dcse_79)
+        dcse_222 = (dcse_488 * dcse_85)
+        dcse_223 = ((cse_29 * dcse_217) - (dcse_488 * dcse_93))
+        dcse_224 = ((cse_25 * dcse_217) - (dcse_488 * dcse_97))
+        dcse_225 = (dcse_101 * dcse_488)
+        dcse_226 = (dcse_116 * dcse_488)
+        dcse_227 = (dcse_128 * dcse_488)
+        dcse_228 = (dcse_452 * dcse_70)
+        dcse_229 = (dcse_452 * dcse_71)
+        dcse_230 = (dcse_452 * dcse_72)
+        dcse_231 = (dcse_452 * dcse_73)
+        dcse_232 = (dcse_452 * dcse_74)
+        dcse_233 = (dcse_68 * state_internal_ep)
+        dcse_324 = (p_C * cse_11)
+        dcse_325 = (cse_14 * dcse_75)
+        dcse_326 = (p_C * dcse_325)
+        dcse_327 = (2.6666666666666665 * dcse_199)
+        dcse_328 = (p_C * dcse_327)
+        dcse_329 = (dcse_208 * state_internal_dgamma)
+        dcse_330 = (dcse_222 - (cse_33 * cse_8 * dcse_215 * dcse_473))
+        dcse_331 = (cse_49 * nx_0)
+        dcse_332 = (dcse_225 - (cse_33 * dcse_215 * dcse_473 * old_state_internal_X_3))
+        dcse_333 = (dcse_226 - (cse_33 * dcse_215 * dcse_473 * old_state_internal_X_4))
+        dcse_334 = (dcse_227 - (cse_33 * dcse_215 * dcse_473 * old_state_internal_X_5))
+        dcse_398 = (cse_478 * cse_481)
+        dcse_399 = (dcse_501 * (dcse_176 + (dcse_177 * dcse_500)))
+        dcse_400 = (cse_475 * state_internal_dgamma)
+        dcse_401 = (cse_475 * dcse_399)
+        dcse_402 = (-dcse_196 * dcse_79)
+        dcse_403 = (cse_474 * cse_474)
+        dcse_404 = (4.0 * cse_33 * dcse_194 * dcse_400)
+        dcse_405 = (cse_475 * dcse_402)
+        dcse_406 = (-dcse_220 * dcse_79)
+        dcse_407 = (cse_475 * dcse_406)
+        dcse_451 = (cse_475 * cse_478)
+        dcse_498 = ((cse_480 * dcse_451) + (cse_12 * dcse_451 * (cse_480 * cse_480)) - (p_E * dcse_398 * dcse_403))
     # outputs
     Y = torch.empty((X.shape[0], 20), dtype=X.dtype, device=X.device)
     _put(Y, range(0, 20), (
@@ -1191,116 +773,338 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     if V & 2:  # tangent
         # d outputs / d inputs of the tangent variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], 6, 6), dtype=X.dtype, device=X.device)
-        _put(J[:, 0], range(0, 6), (d43, d44, d45, d46, d47, d48))
-        _put(J[:, 1], range(0, 6), (d49, d50, d51, d52, d53, d54))
-        _put(J[:, 2], range(0, 6), (d55, d56, d57, d58, d59, d60))
-        _put(J[:, 3], range(0, 6), (d61, d62, d63, d64, d65, d66))
-        _put(J[:, 4], range(0, 6), (d67, d68, d69, d70, d71, d72))
-        _put(J[:, 5], range(0, 6), (d73, d74, d75, d76, d77, d78))
+        _put(J[:, 0], range(0, 6), (
+            (dcse_595 + (dcse_536 * dcse_579)), (dcse_596 + (dcse_536 * dcse_580)),
+            (dcse_596 + (dcse_536 * dcse_581)), (cse_18 * dcse_540), (cse_20 * dcse_540),
+            (cse_22 * dcse_540),
+        ))
+        _put(J[:, 1], range(0, 6), (
+            (dcse_596 + (dcse_542 * dcse_579)), (dcse_595 + (dcse_542 * dcse_580)),
+            (dcse_596 + (dcse_542 * dcse_581)), (cse_18 * dcse_543), (cse_20 * dcse_543),
+            (cse_22 * dcse_543),
+        ))
+        _put(J[:, 2], range(0, 6), (
+            (dcse_596 + (dcse_545 * dcse_579)), (dcse_596 + (dcse_545 * dcse_580)),
+            (dcse_595 + (dcse_545 * dcse_581)), (cse_18 * dcse_546), (cse_20 * dcse_546),
+            (cse_22 * dcse_546),
+        ))
+        _put(J[:, 3], range(0, 6), (
+            (dcse_548 * dcse_579), (dcse_548 * dcse_580), (dcse_548 * dcse_581),
+            (cse_475 + (p_E * (dcse_549 + (dcse_538 * (-(cse_18 * dcse_550) + (4.0 * cse_19 * dcse_578 * dcse_582 * state_internal_dgamma)))))),
+            (cse_20 * dcse_551), (cse_22 * dcse_551),
+        ))
+        _put(J[:, 4], range(0, 6), (
+            (dcse_553 * dcse_579), (dcse_553 * dcse_580), (dcse_553 * dcse_581), (cse_18 * dcse_555),
+            (cse_475 + (p_E * (dcse_549 + (dcse_538 * (-(cse_20 * dcse_554) + (4.0 * cse_21 * dcse_578 * dcse_582 * state_internal_dgamma)))))),
+            (cse_22 * dcse_555),
+        ))
+        _put(J[:, 5], range(0, 6), (
+            (dcse_557 * dcse_579), (dcse_557 * dcse_580), (dcse_557 * dcse_581), (cse_18 * dcse_559),
+            (cse_20 * dcse_559),
+            (cse_475 + (p_E * (dcse_549 + (dcse_538 * (-(cse_22 * dcse_558) + (4.0 * cse_23 * dcse_578 * dcse_582 * state_internal_dgamma)))))),
+        ))
     if V & 12:  # jacobian, total
         # d outputs / d inputs of the jacobian, total variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], *((20, 21) if V == 4 else (20, 28))), dtype=X.dtype, device=X.device)
         _put(J[:, 0], range(0, 19), (
-            d94, d100, d101, d102, d103, d104, d105, d136, d137, d138, d139, d140, d141, d7, d8, d9, d10,
-            d11, d12,
+            (-dcse_67 * dcse_69), dcse_502, dcse_503, dcse_504, dcse_505, dcse_506, dcse_507,
+            (dcse_148 + (dcse_149 * dcse_483)), (dcse_150 + (dcse_149 * dcse_484)),
+            (dcse_150 + (dcse_149 * dcse_485)), (cse_18 * dcse_152), (cse_20 * dcse_152),
+            (cse_22 * dcse_152), (dcse_78 + (dcse_430 * dcse_86)), (-dcse_88 + (dcse_432 * dcse_86)),
+            (-dcse_88 + (dcse_433 * dcse_86)), (cse_18 * dcse_90), (cse_20 * dcse_90), (cse_22 * dcse_90),
         ))
         _put(J[:, 1], range(0, 19), (
-            d95, d106, d107, d108, d109, d110, d111, d142, d143, d144, d145, d146, d147, d13, d14, d15, d16,
-            d17, d18,
+            (-dcse_69 * dcse_70), dcse_508, dcse_509, dcse_510, dcse_511, dcse_512, dcse_513,
+            (dcse_150 + (dcse_153 * dcse_483)), (dcse_148 + (dcse_153 * dcse_484)),
+            (dcse_150 + (dcse_153 * dcse_485)), (cse_18 * dcse_155), (cse_20 * dcse_155),
+            (cse_22 * dcse_155), (-dcse_88 + (dcse_430 * dcse_94)), (dcse_78 + (dcse_432 * dcse_94)),
+            (-dcse_88 + (dcse_433 * dcse_94)), (cse_18 * dcse_95), (cse_20 * dcse_95), (cse_22 * dcse_95),
         ))
         _put(J[:, 2], range(0, 19), (
-            d96, d112, d113, d114, d115, d116, d117, d148, d149, d150, d151, d152, d153, d19, d20, d21, d22,
-            d23, d24,
+            (-dcse_69 * dcse_71), dcse_514, dcse_515, dcse_516, dcse_517, dcse_518, dcse_519,
+            (dcse_150 + (dcse_156 * dcse_483)), (dcse_150 + (dcse_156 * dcse_484)),
+            (dcse_148 + (dcse_156 * dcse_485)), (cse_18 * dcse_158), (cse_20 * dcse_158),
+            (cse_22 * dcse_158), (-dcse_88 + (dcse_430 * dcse_98)), (-dcse_88 + (dcse_432 * dcse_98)),
+            (dcse_78 + (dcse_433 * dcse_98)), (cse_18 * dcse_99), (cse_20 * dcse_99), (cse_22 * dcse_99),
         ))
         _put(J[:, 3], range(0, 19), (
-            d97, d118, d119, d120, d121, d122, d123, d154, d155, d156, d157, d158, d159, d25, d26, d27, d28,
-            d29, d30,
+            (-dcse_69 * dcse_72), (dcse_139 * dcse_430), (dcse_139 * dcse_432), (dcse_139 * dcse_433),
+            (dcse_482 - (dcse_109 * dcse_89)), (cse_20 * dcse_140), (cse_22 * dcse_140),
+            (dcse_139 * dcse_483), (dcse_139 * dcse_484), (dcse_139 * dcse_485),
+            (nx_0 * (-dcse_160 + (dcse_163 * state_internal_dgamma))), (cse_20 * dcse_165),
+            (cse_22 * dcse_165), dcse_103, dcse_104, dcse_105, (p_E * (dcse_107 + dcse_110)), dcse_113,
+            dcse_114,
         ))
         _put(J[:, 4], range(0, 19), (
-            d98, d124, d125, d126, d127, d128, d129, d160, d161, d162, d163, d164, d165, d31, d32, d33, d34,
-            d35, d36,
+            (-dcse_69 * dcse_73), (dcse_141 * dcse_430), (dcse_141 * dcse_432), (dcse_141 * dcse_433),
+            (cse_18 * dcse_142), (dcse_482 - (dcse_124 * dcse_89)), (cse_22 * dcse_142),
+            (dcse_141 * dcse_483), (dcse_141 * dcse_484), (dcse_141 * dcse_485), (cse_18 * dcse_168),
+            (nx_0 * (-dcse_169 + (dcse_170 * state_internal_dgamma))), (cse_22 * dcse_168), dcse_118,
+            dcse_119, dcse_120, dcse_123, (p_E * (dcse_107 + dcse_125)), dcse_126,
         ))
         _put(J[:, 5], range(0, 19), (
-            d99, d130, d131, d132, d133, d134, d135, d166, d167, d168, d169, d170, d171, d37, d38, d39, d40,
-            d41, d42,
+            (-dcse_69 * dcse_74), (dcse_143 * dcse_430), (dcse_143 * dcse_432), (dcse_143 * dcse_433),
+            (cse_18 * dcse_144), (cse_20 * dcse_144), (dcse_482 - (dcse_137 * dcse_89)),
+            (dcse_143 * dcse_483), (dcse_143 * dcse_484), (dcse_143 * dcse_485), (cse_18 * dcse_173),
+            (cse_20 * dcse_173), (nx_0 * (-dcse_174 + (dcse_175 * state_internal_dgamma))), dcse_130,
+            dcse_131, dcse_132, dcse_135, dcse_136, (p_E * (dcse_107 + dcse_138)),
         ))
         _put(J[:, 6], range(0, 19), (
-            d172, d179, d180, d181, d182, d183, d184, d185, d186, d187, d188, d189, d190, d173, d174, d175,
-            d176, d177, d178,
+            (1.0 - (dcse_208 * dcse_69)), dcse_235, dcse_236, dcse_237, (-dcse_241), (-dcse_242),
+            (-dcse_243), (dcse_234 * dcse_483), (dcse_234 * dcse_484), (dcse_234 * dcse_485),
+            (-cse_18 * dcse_245), (-cse_20 * dcse_245), (-cse_22 * dcse_245), (-dcse_235), (-dcse_236),
+            (-dcse_237), dcse_241, dcse_242, dcse_243,
         ))
         _put(J[:, 7], range(0, 19), (
-            d191, d233, d234, d235, d236, d237, d238, d269, d270, d271, d272, d273, d274, d197, d198, d199,
-            d200, d201, d202,
+            (-dcse_246 * dcse_69), (-dcse_254 + (dcse_296 * dcse_430)), (dcse_259 + (dcse_296 * dcse_432)),
+            (dcse_259 + (dcse_296 * dcse_433)), (cse_18 * dcse_297), (cse_20 * dcse_297),
+            (cse_22 * dcse_297), (dcse_308 + (dcse_296 * dcse_483)), (dcse_310 + (dcse_296 * dcse_484)),
+            (dcse_310 + (dcse_296 * dcse_485)), (cse_18 * dcse_315), (cse_20 * dcse_315),
+            (cse_22 * dcse_315), (dcse_254 + (dcse_258 * dcse_430)), (-dcse_259 + (dcse_258 * dcse_432)),
+            (-dcse_259 + (dcse_258 * dcse_433)), (cse_18 * dcse_264), (cse_20 * dcse_264),
+            (cse_22 * dcse_264),
         ))
         _put(J[:, 8], range(0, 19), (
-            d192, d239, d240, d241, d242, d243, d244, d275, d276, d277, d278, d279, d280, d203, d204, d205,
-            d206, d207, d208,
+            (-dcse_247 * dcse_69), (dcse_259 + (dcse_298 * dcse_430)), (-dcse_254 + (dcse_298 * dcse_432)),
+            (dcse_259 + (dcse_298 * dcse_433)), (cse_18 * dcse_299), (cse_20 * dcse_299),
+            (cse_22 * dcse_299), (dcse_310 + (dcse_298 * dcse_483)), (dcse_308 + (dcse_298 * dcse_484)),
+            (dcse_310 + (dcse_298 * dcse_485)), (cse_18 * dcse_317), (cse_20 * dcse_317),
+            (cse_22 * dcse_317), (-dcse_259 + (dcse_267 * dcse_430)), (dcse_254 + (dcse_267 * dcse_432)),
+            (-dcse_259 + (dcse_267 * dcse_433)), (cse_18 * dcse_269), (cse_20 * dcse_269),
+            (cse_22 * dcse_269),
         ))
         _put(J[:, 9], range(0, 19), (
-            d193, d245, d246, d247, d248, d249, d250, d281, d282, d283, d284, d285, d286, d209, d210, d211,
-            d212, d213, d214,
+            (-dcse_248 * dcse_69), (dcse_259 + (dcse_300 * dcse_430)), (dcse_259 + (dcse_300 * dcse_432)),
+            (-dcse_254 + (dcse_300 * dcse_433)), (cse_18 * dcse_301), (cse_20 * dcse_301),
+            (cse_22 * dcse_301), (dcse_310 + (dcse_300 * dcse_483)), (dcse_310 + (dcse_300 * dcse_484)),
+            (dcse_308 + (dcse_300 * dcse_485)), (cse_18 * dcse_318), (cse_20 * dcse_318),
+            (cse_22 * dcse_318), (-dcse_259 + (dcse_271 * dcse_430)), (-dcse_259 + (dcse_271 * dcse_432)),
+            (dcse_254 + (dcse_271 * dcse_433)), (cse_18 * dcse_273), (cse_20 * dcse_273),
+            (cse_22 * dcse_273),
         ))
         _put(J[:, 10], range(0, 19), (
-            d194, d251, d252, d253, d254, d255, d256, d287, d288, d289, d290, d291, d292, d215, d216, d217,
-            d218, d219, d220,
+            (-dcse_249 * dcse_69), (dcse_302 * dcse_430), (dcse_302 * dcse_432), (dcse_302 * dcse_433),
+            (dcse_89 * (-dcse_278 + (dcse_261 * dcse_280))), (cse_20 * dcse_303), (cse_22 * dcse_303),
+            (dcse_302 * dcse_483), (dcse_302 * dcse_484), (dcse_302 * dcse_485),
+            ((cse_19 * dcse_320) + (nx_0 * (-dcse_319 - (2.0 * cse_18 * dcse_274)))), (cse_20 * dcse_321),
+            (cse_22 * dcse_321), (dcse_277 * dcse_430), (dcse_277 * dcse_432), (dcse_277 * dcse_433),
+            (dcse_89 * (dcse_278 - (dcse_261 * dcse_280))), (cse_20 * dcse_282), (cse_22 * dcse_282),
         ))
         _put(J[:, 11], range(0, 19), (
-            d195, d257, d258, d259, d260, d261, d262, d293, d294, d295, d296, d297, d298, d221, d222, d223,
-            d224, d225, d226,
+            (-dcse_250 * dcse_69), (dcse_304 * dcse_430), (dcse_304 * dcse_432), (dcse_304 * dcse_433),
+            (cse_18 * dcse_305), (dcse_89 * (-dcse_288 + (dcse_261 * dcse_289))), (cse_22 * dcse_305),
+            (dcse_304 * dcse_483), (dcse_304 * dcse_484), (dcse_304 * dcse_485), (cse_18 * dcse_322),
+            ((cse_21 * dcse_320) + (nx_0 * (-dcse_319 - (2.0 * cse_20 * dcse_283)))), (cse_22 * dcse_322),
+            (dcse_285 * dcse_430), (dcse_285 * dcse_432), (dcse_285 * dcse_433), (cse_18 * dcse_287),
+            (dcse_89 * (dcse_288 - (dcse_261 * dcse_289))), (cse_22 * dcse_287),
         ))
         _put(J[:, 12], range(0, 19), (
-            d196, d263, d264, d265, d266, d267, d268, d299, d300, d301, d302, d303, d304, d227, d228, d229,
-            d230, d231, d232,
+            (-dcse_251 * dcse_69), (dcse_306 * dcse_430), (dcse_306 * dcse_432), (dcse_306 * dcse_433),
+            (cse_18 * dcse_307), (cse_20 * dcse_307), (dcse_89 * (-dcse_294 + (dcse_261 * dcse_295))),
+            (dcse_306 * dcse_483), (dcse_306 * dcse_484), (dcse_306 * dcse_485), (cse_18 * dcse_323),
+            (cse_20 * dcse_323), ((cse_23 * dcse_320) + (nx_0 * (-dcse_319 - (2.0 * cse_22 * dcse_290)))),
+            (dcse_291 * dcse_430), (dcse_291 * dcse_432), (dcse_291 * dcse_433), (cse_18 * dcse_293),
+            (cse_20 * dcse_293), (dcse_89 * (dcse_294 - (dcse_261 * dcse_295))),
         ))
         _put(J[:, 13], range(0, 21), (
-            d305, d312, d313, d314, d315, d316, d317, d318, d319, d320, d321, d322, d323, d306, d307, d308,
-            d309, d310, d311, d80, d79,
+            (-dcse_335 * dcse_69), dcse_337, dcse_338, dcse_339, (-dcse_342), (-dcse_344), (-dcse_345),
+            (dcse_336 * dcse_483), (dcse_336 * dcse_484), (dcse_336 * dcse_485), (-cse_18 * dcse_346),
+            (-cse_20 * dcse_346), (-cse_22 * dcse_346), (-dcse_337), (-dcse_338), (-dcse_339), dcse_342,
+            dcse_344, dcse_345, (-dcse_472), dcse_472,
         ))
         _put(J[:, 14], range(0, 19), (
-            d324, d330, d331, d332, d333, d334, d335, d366, d367, d368, d369, d370, d371, d43, d44, d45,
-            d46, d47, d48,
+            (dcse_348 * dcse_69), ((cse_482 * (-dcse_508 - dcse_514)) - (dcse_450 * dcse_502)),
+            ((cse_482 * (-dcse_509 - dcse_515)) - (dcse_450 * dcse_503)),
+            ((cse_482 * (-dcse_510 - dcse_516)) - (dcse_450 * dcse_504)),
+            ((cse_482 * (-dcse_511 - dcse_517)) - (dcse_450 * dcse_505)),
+            ((cse_482 * (-dcse_512 - dcse_518)) - (dcse_450 * dcse_506)),
+            ((cse_482 * (-dcse_513 - dcse_519)) - (dcse_450 * dcse_507)),
+            (dcse_383 + (dcse_384 * dcse_483)), (dcse_385 + (dcse_384 * dcse_484)),
+            (dcse_385 + (dcse_384 * dcse_485)), (cse_18 * dcse_387), (cse_20 * dcse_387),
+            (cse_22 * dcse_387), (dcse_595 + (dcse_536 * dcse_579)), (dcse_596 + (dcse_536 * dcse_580)),
+            (dcse_596 + (dcse_536 * dcse_581)), (cse_18 * dcse_540), (cse_20 * dcse_540),
+            (cse_22 * dcse_540),
         ))
         _put(J[:, 15], range(0, 19), (
-            d325, d336, d337, d338, d339, d340, d341, d372, d373, d374, d375, d376, d377, d49, d50, d51,
-            d52, d53, d54,
+            (dcse_349 * dcse_69), ((cse_482 * (-dcse_502 - dcse_514)) - (dcse_450 * dcse_508)),
+            ((cse_482 * (-dcse_503 - dcse_515)) - (dcse_450 * dcse_509)),
+            ((cse_482 * (-dcse_504 - dcse_516)) - (dcse_450 * dcse_510)),
+            ((cse_482 * (-dcse_505 - dcse_517)) - (dcse_450 * dcse_511)),
+            ((cse_482 * (-dcse_506 - dcse_518)) - (dcse_450 * dcse_512)),
+            ((cse_482 * (-dcse_507 - dcse_519)) - (dcse_450 * dcse_513)),
+            (dcse_385 + (dcse_388 * dcse_483)), (dcse_383 + (dcse_388 * dcse_484)),
+            (dcse_385 + (dcse_388 * dcse_485)), (cse_18 * dcse_389), (cse_20 * dcse_389),
+            (cse_22 * dcse_389), (dcse_596 + (dcse_542 * dcse_579)), (dcse_595 + (dcse_542 * dcse_580)),
+            (dcse_596 + (dcse_542 * dcse_581)), (cse_18 * dcse_543), (cse_20 * dcse_543),
+            (cse_22 * dcse_543),
         ))
         _put(J[:, 16], range(0, 19), (
-            d326, d342, d343, d344, d345, d346, d347, d378, d379, d380, d381, d382, d383, d55, d56, d57,
-            d58, d59, d60,
+            (dcse_350 * dcse_69), ((cse_482 * (-dcse_502 - dcse_508)) - (dcse_450 * dcse_514)),
+            ((cse_482 * (-dcse_503 - dcse_509)) - (dcse_450 * dcse_515)),
+            ((cse_482 * (-dcse_504 - dcse_510)) - (dcse_450 * dcse_516)),
+            ((cse_482 * (-dcse_505 - dcse_511)) - (dcse_450 * dcse_517)),
+            ((cse_482 * (-dcse_506 - dcse_512)) - (dcse_450 * dcse_518)),
+            ((cse_482 * (-dcse_507 - dcse_513)) - (dcse_450 * dcse_519)),
+            (dcse_385 + (dcse_390 * dcse_483)), (dcse_385 + (dcse_390 * dcse_484)),
+            (dcse_383 + (dcse_390 * dcse_485)), (cse_18 * dcse_391), (cse_20 * dcse_391),
+            (cse_22 * dcse_391), (dcse_596 + (dcse_545 * dcse_579)), (dcse_596 + (dcse_545 * dcse_580)),
+            (dcse_595 + (dcse_545 * dcse_581)), (cse_18 * dcse_546), (cse_20 * dcse_546),
+            (cse_22 * dcse_546),
         ))
         _put(J[:, 17], range(0, 19), (
-            d327, d348, d349, d350, d351, d352, d353, d384, d385, d386, d387, d388, d389, d61, d62, d63,
-            d64, d65, d66,
+            (dcse_351 * dcse_69), (cse_475 * dcse_103), (cse_475 * dcse_104), (cse_475 * dcse_105),
+            (dcse_381 + (dcse_110 * dcse_382)), (cse_475 * dcse_113), (cse_475 * dcse_114),
+            (dcse_392 * dcse_483), (dcse_392 * dcse_484), (dcse_392 * dcse_485),
+            (dcse_386 * (dcse_160 - (dcse_163 * state_internal_dgamma))), (cse_20 * dcse_393),
+            (cse_22 * dcse_393), (dcse_548 * dcse_579), (dcse_548 * dcse_580), (dcse_548 * dcse_581),
+            (cse_475 + (p_E * (dcse_549 + (dcse_538 * (-(cse_18 * dcse_550) + (4.0 * cse_19 * dcse_578 * dcse_582 * state_internal_dgamma)))))),
+            (cse_20 * dcse_551), (cse_22 * dcse_551),
         ))
         _put(J[:, 18], range(0, 19), (
-            d328, d354, d355, d356, d357, d358, d359, d390, d391, d392, d393, d394, d395, d67, d68, d69,
-            d70, d71, d72,
+            (dcse_352 * dcse_69), (cse_475 * dcse_118), (cse_475 * dcse_119), (cse_475 * dcse_120),
+            (cse_475 * dcse_123), (dcse_381 + (dcse_125 * dcse_382)), (cse_475 * dcse_126),
+            (dcse_394 * dcse_483), (dcse_394 * dcse_484), (dcse_394 * dcse_485), (cse_18 * dcse_395),
+            (dcse_386 * (dcse_169 - (dcse_170 * state_internal_dgamma))), (cse_22 * dcse_395),
+            (dcse_553 * dcse_579), (dcse_553 * dcse_580), (dcse_553 * dcse_581), (cse_18 * dcse_555),
+            (cse_475 + (p_E * (dcse_549 + (dcse_538 * (-(cse_20 * dcse_554) + (4.0 * cse_21 * dcse_578 * dcse_582 * state_internal_dgamma)))))),
+            (cse_22 * dcse_555),
         ))
         _put(J[:, 19], range(0, 19), (
-            d329, d360, d361, d362, d363, d364, d365, d396, d397, d398, d399, d400, d401, d73, d74, d75,
-            d76, d77, d78,
+            (dcse_353 * dcse_69), (cse_475 * dcse_130), (cse_475 * dcse_131), (cse_475 * dcse_132),
+            (cse_475 * dcse_135), (cse_475 * dcse_136), (dcse_381 + (dcse_138 * dcse_382)),
+            (dcse_396 * dcse_483), (dcse_396 * dcse_484), (dcse_396 * dcse_485), (cse_18 * dcse_397),
+            (cse_20 * dcse_397), (dcse_386 * (dcse_174 - (dcse_175 * state_internal_dgamma))),
+            (dcse_557 * dcse_579), (dcse_557 * dcse_580), (dcse_557 * dcse_581), (cse_18 * dcse_559),
+            (cse_20 * dcse_559),
+            (cse_475 + (p_E * (dcse_549 + (dcse_538 * (-(cse_22 * dcse_558) + (4.0 * cse_23 * dcse_578 * dcse_582 * state_internal_dgamma)))))),
         ))
         if V & 8:
-            _put(J[:, 0], range(21, 28), (d409, d415, d421, d427, d433, d439, d445))
-            _put(J[:, 1], range(21, 28), (d410, d416, d422, d428, d434, d440, d446))
-            _put(J[:, 2], range(21, 28), (d411, d417, d423, d429, d435, d441, d447))
-            _put(J[:, 3], range(21, 28), (d412, d418, d424, d430, d436, d442, d448))
-            _put(J[:, 4], range(21, 28), (d413, d419, d425, d431, d437, d443, d449))
-            _put(J[:, 5], range(21, 28), (d414, d420, d426, d432, d438, d444, d450))
-            _put(J[:, 6], range(21, 28), (d451, d452, d453, d454, d455, d456, d457))
-            _put(J[:, 7], range(21, 28), (d458, d464, d470, d476, d482, d488, d494))
-            _put(J[:, 8], range(21, 28), (d459, d465, d471, d477, d483, d489, d495))
-            _put(J[:, 9], range(21, 28), (d460, d466, d472, d478, d484, d490, d496))
-            _put(J[:, 10], range(21, 28), (d461, d467, d473, d479, d485, d491, d497))
-            _put(J[:, 11], range(21, 28), (d462, d468, d474, d480, d486, d492, d498))
-            _put(J[:, 12], range(21, 28), (d463, d469, d475, d481, d487, d493, d499))
-            _put(J[:, 13], range(21, 28), (d500, d501, d502, d503, d504, d505, d506))
-            _put(J[:, 14], range(21, 28), (d507, d513, d519, d525, d531, d537, d543))
-            _put(J[:, 15], range(21, 28), (d508, d514, d520, d526, d532, d538, d544))
-            _put(J[:, 16], range(21, 28), (d509, d515, d521, d527, d533, d539, d545))
-            _put(J[:, 17], range(21, 28), (d510, d516, d522, d528, d534, d540, d546))
-            _put(J[:, 18], range(21, 28), (d511, d517, d523, d529, d535, d541, d547))
-            _put(J[:, 19], range(21, 28), (d512, d518, d524, d530, d536, d542, d548))
+            _put(J[:, 0], range(21, 28), (
+                ((dcse_178 * dcse_475) + (dcse_182 * state_internal_dgamma)),
+                ((dcse_197 * dcse_475) + (state_internal_dgamma * (-dcse_202 - (cse_11 * dcse_200)))),
+                (-dcse_67), (-dcse_209 * dcse_475), (-dcse_222 + (cse_8 * dcse_217) + (dcse_221 * dcse_475)),
+                (-dcse_452 * dcse_67), (-dcse_233 * dcse_67),
+            ))
+            _put(J[:, 1], range(21, 28), (
+                ((dcse_178 * dcse_476) + (dcse_184 * state_internal_dgamma)),
+                ((dcse_197 * dcse_476) + (state_internal_dgamma * (-dcse_203 - (cse_30 * dcse_200)))),
+                (-dcse_70), (-dcse_210), (dcse_223 + (dcse_221 * dcse_476)), (-dcse_228), (-dcse_233 * dcse_70),
+            ))
+            _put(J[:, 2], range(21, 28), (
+                ((dcse_178 * dcse_477) + (dcse_186 * state_internal_dgamma)),
+                ((dcse_197 * dcse_477) + (state_internal_dgamma * (-dcse_204 - (cse_27 * dcse_200)))),
+                (-dcse_71), (-dcse_211), (dcse_224 + (dcse_221 * dcse_477)), (-dcse_229), (-dcse_233 * dcse_71),
+            ))
+            _put(J[:, 3], range(21, 28), (
+                ((dcse_178 * dcse_478) + (dcse_188 * state_internal_dgamma)),
+                ((dcse_197 * dcse_478) + (state_internal_dgamma * (-dcse_205 - (cse_3 * dcse_200)))),
+                (-dcse_72), (-dcse_212),
+                (-dcse_225 + (dcse_217 * old_state_internal_X_3) + (dcse_221 * dcse_478)), (-dcse_230),
+                (-dcse_233 * dcse_72),
+            ))
+            _put(J[:, 4], range(21, 28), (
+                ((dcse_178 * dcse_479) + (dcse_190 * state_internal_dgamma)),
+                ((dcse_197 * dcse_479) + (state_internal_dgamma * (-dcse_206 - (cse_4 * dcse_200)))),
+                (-dcse_73), (-dcse_213),
+                (-dcse_226 + (dcse_217 * old_state_internal_X_4) + (dcse_221 * dcse_479)), (-dcse_231),
+                (-dcse_233 * dcse_73),
+            ))
+            _put(J[:, 5], range(21, 28), (
+                ((dcse_178 * dcse_480) + (dcse_192 * state_internal_dgamma)),
+                ((dcse_197 * dcse_480) + (state_internal_dgamma * (-dcse_207 - (cse_5 * dcse_200)))),
+                (-dcse_74), (-dcse_214),
+                (-dcse_227 + (dcse_217 * old_state_internal_X_5) + (dcse_221 * dcse_480)), (-dcse_232),
+                (-dcse_233 * dcse_74),
+            ))
+            _put(J[:, 6], range(21, 28), (
+                (dcse_64 * (-(0.3333333333333333 * dcse_176) + (dcse_500 * (-(0.3333333333333333 * dcse_106) + (0.3333333333333333 * dcse_418 * dcse_486))))),
+                (dcse_65 * ((0.3333333333333333 * dcse_193) + (1.3333333333333333 * dcse_195))), (-dcse_208),
+                (-0.2222222222222222 * dcse_145 * dcse_65),
+                (dcse_65 * ((0.3333333333333333 * dcse_218) + (0.3333333333333333 * dcse_219))),
+                (-dcse_208 * dcse_452), (-dcse_208 * dcse_233),
+            ))
+            _put(J[:, 7], range(21, 28), (
+                ((dcse_145 * ((dcse_324 * dcse_325) - (cse_49 * dcse_181))) + (dcse_178 * dcse_489)),
+                ((dcse_145 * (-(cse_49 * dcse_202) - (dcse_324 * dcse_327))) + (dcse_197 * dcse_489)),
+                (-dcse_246), (nx_0 * ((0.6666666666666666 * cse_35) - (dcse_329 * dcse_489))),
+                ((dcse_221 * dcse_489) - (cse_50 * dcse_312) - (dcse_330 * dcse_331)), (-dcse_246 * dcse_452),
+                (-dcse_233 * dcse_246),
+            ))
+            _put(J[:, 8], range(21, 28), (
+                ((dcse_145 * ((cse_30 * dcse_326) - (cse_49 * dcse_183))) + (dcse_178 * dcse_490)),
+                ((dcse_145 * (-(cse_30 * dcse_328) - (cse_49 * dcse_203))) + (dcse_197 * dcse_490)),
+                (-dcse_247), (nx_0 * ((0.6666666666666666 * cse_37) - (dcse_329 * dcse_490))),
+                ((dcse_221 * dcse_490) + (dcse_223 * dcse_331) - (cse_51 * dcse_312)), (-dcse_247 * dcse_452),
+                (-dcse_233 * dcse_247),
+            ))
+            _put(J[:, 9], range(21, 28), (
+                ((dcse_145 * ((cse_27 * dcse_326) - (cse_49 * dcse_185))) + (dcse_178 * dcse_491)),
+                ((dcse_145 * (-(cse_27 * dcse_328) - (cse_49 * dcse_204))) + (dcse_197 * dcse_491)),
+                (-dcse_248), (nx_0 * ((0.6666666666666666 * cse_39) - (dcse_329 * dcse_491))),
+                ((dcse_221 * dcse_491) + (dcse_224 * dcse_331) - (cse_52 * dcse_312)), (-dcse_248 * dcse_452),
+                (-dcse_233 * dcse_248),
+            ))
+            _put(J[:, 10], range(21, 28), (
+                ((dcse_145 * ((cse_3 * dcse_326) - (cse_49 * dcse_187))) + (dcse_178 * dcse_492)),
+                ((dcse_145 * (-(cse_3 * dcse_328) - (cse_49 * dcse_205))) + (dcse_197 * dcse_492)), (-dcse_249),
+                (nx_0 * ((0.6666666666666666 * cse_41) - (dcse_329 * dcse_492))),
+                ((dcse_221 * dcse_492) - (cse_53 * dcse_312) - (dcse_331 * dcse_332)), (-dcse_249 * dcse_452),
+                (-dcse_233 * dcse_249),
+            ))
+            _put(J[:, 11], range(21, 28), (
+                ((dcse_145 * ((cse_4 * dcse_326) - (cse_49 * dcse_189))) + (dcse_178 * dcse_493)),
+                ((dcse_145 * (-(cse_4 * dcse_328) - (cse_49 * dcse_206))) + (dcse_197 * dcse_493)), (-dcse_250),
+                (nx_0 * ((0.6666666666666666 * cse_43) - (dcse_329 * dcse_493))),
+                ((dcse_221 * dcse_493) - (cse_54 * dcse_312) - (dcse_331 * dcse_333)), (-dcse_250 * dcse_452),
+                (-dcse_233 * dcse_250),
+            ))
+            _put(J[:, 12], range(21, 28), (
+                ((dcse_145 * ((cse_5 * dcse_326) - (cse_49 * dcse_191))) + (dcse_178 * dcse_494)),
+                ((dcse_145 * (-(cse_49 * dcse_207) - (cse_5 * dcse_328))) + (dcse_197 * dcse_494)), (-dcse_251),
+                (nx_0 * ((0.6666666666666666 * cse_45) - (dcse_329 * dcse_494))),
+                ((dcse_221 * dcse_494) - (cse_55 * dcse_312) - (dcse_331 * dcse_334)), (-dcse_251 * dcse_452),
+                (-dcse_233 * dcse_251),
+            ))
+            _put(J[:, 13], range(21, 28), (
+                (dcse_178 * dcse_497), (dcse_197 * dcse_497), (-dcse_335), (-dcse_209 * dcse_497),
+                (dcse_221 * dcse_497), (-dcse_335 * dcse_452), (-dcse_233 * dcse_335),
+            ))
+            _put(J[:, 14], range(21, 28), (
+                ((cse_474 * (cse_472 + dcse_398)) + (dcse_347 * dcse_399) - (dcse_182 * dcse_400)),
+                (dcse_498 + (p_E * ((cse_11 * dcse_404) - (cse_472 * dcse_403))) + (dcse_202 * dcse_400) + (dcse_347 * dcse_402)),
+                dcse_348, (dcse_209 * dcse_347), ((cse_475 * dcse_330) + (dcse_347 * dcse_406)),
+                (dcse_348 * dcse_452), (dcse_233 * dcse_348),
+            ))
+            _put(J[:, 15], range(21, 28), (
+                ((cse_474 * (cse_476 + dcse_398)) + (dcse_401 * dcse_476) - (dcse_184 * dcse_400)),
+                (dcse_498 + (p_E * ((cse_30 * dcse_404) - (cse_476 * dcse_403))) + (dcse_203 * dcse_400) + (dcse_405 * dcse_476)),
+                dcse_349, (cse_475 * dcse_210), ((dcse_407 * dcse_476) - (cse_475 * dcse_223)),
+                (cse_475 * dcse_228), (dcse_233 * dcse_349),
+            ))
+            _put(J[:, 16], range(21, 28), (
+                ((cse_474 * (cse_477 + dcse_398)) + (dcse_401 * dcse_477) - (dcse_186 * dcse_400)),
+                (dcse_498 + (p_E * ((cse_27 * dcse_404) - (cse_477 * dcse_403))) + (dcse_204 * dcse_400) + (dcse_405 * dcse_477)),
+                dcse_350, (cse_475 * dcse_211), ((dcse_407 * dcse_477) - (cse_475 * dcse_224)),
+                (cse_475 * dcse_229), (dcse_233 * dcse_350),
+            ))
+            _put(J[:, 17], range(21, 28), (
+                ((cse_474 * cse_484) + (dcse_401 * dcse_478) - (dcse_188 * dcse_400)),
+                ((p_E * ((cse_3 * dcse_404) - (cse_484 * dcse_403))) + (dcse_205 * dcse_400) + (dcse_405 * dcse_478)),
+                dcse_351, (cse_475 * dcse_212), ((cse_475 * dcse_332) + (dcse_407 * dcse_478)),
+                (cse_475 * dcse_230), (dcse_233 * dcse_351),
+            ))
+            _put(J[:, 18], range(21, 28), (
+                ((cse_474 * cse_485) + (dcse_401 * dcse_479) - (dcse_190 * dcse_400)),
+                ((p_E * ((cse_4 * dcse_404) - (cse_485 * dcse_403))) + (dcse_206 * dcse_400) + (dcse_405 * dcse_479)),
+                dcse_352, (cse_475 * dcse_213), ((cse_475 * dcse_333) + (dcse_407 * dcse_479)),
+                (cse_475 * dcse_231), (dcse_233 * dcse_352),
+            ))
+            _put(J[:, 19], range(21, 28), (
+                ((cse_474 * cse_486) + (dcse_401 * dcse_480) - (dcse_192 * dcse_400)),
+                ((p_E * ((cse_5 * dcse_404) - (cse_486 * dcse_403))) + (dcse_207 * dcse_400) + (dcse_405 * dcse_480)),
+                dcse_353, (cse_475 * dcse_214), ((cse_475 * dcse_334) + (dcse_407 * dcse_480)),
+                (cse_475 * dcse_232), (dcse_233 * dcse_353),
+            ))
     # status; a point that did not converge gets NaN outputs, never a plausible value
     ST = torch.empty((X.shape[0], 3), dtype=X.dtype, device=X.device)
     ST[:, 0] = j2_voce_af_radial_return_solve_converged
@@ -1559,14 +1363,15 @@ if triton is not None:
         K3 = tl.full([], 0.3333333333333333, DTYPE)
         K4 = tl.full([], 0.6666666666666666, DTYPE)
         K5 = tl.full([], 2.0, DTYPE)
-        K6 = tl.full([], 4.0, DTYPE)
-        K7 = tl.full([], 1.3333333333333333, DTYPE)
-        K8 = tl.full([], 2.6666666666666665, DTYPE)
-        K9 = tl.full([], 0.0, DTYPE)
-        K10 = tl.full([], 0.8888888888888888, DTYPE)
-        K11 = tl.full([], 0.4444444444444444, DTYPE)
-        K12 = tl.full([], 0.2222222222222222, DTYPE)
-        K13 = tl.full([], 8.0, DTYPE)
+        K6 = tl.full([], 0.0, DTYPE)
+        K7 = tl.full([], 4.0, DTYPE)
+        K8 = tl.full([], 1.3333333333333333, DTYPE)
+        K9 = tl.full([], 2.6666666666666665, DTYPE)
+        K10 = tl.full([], 2.449489742783178, DTYPE)
+        K11 = tl.full([], 0.8888888888888888, DTYPE)
+        K12 = tl.full([], 0.4444444444444444, DTYPE)
+        K13 = tl.full([], 0.2222222222222222, DTYPE)
+        K14 = tl.full([], 8.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _x1 = tl.load(IN0 + row * in0_stride, mask=mask, other=0.0)
         old_state_internal_ep = _x1
@@ -1725,1170 +1530,752 @@ if triton is not None:
         # outputs 16 .. 19; NaN where Newton did not converge
         tl.store(Y + row[:, None] * y_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_S_2, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_S_3, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_S_4, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_S_5, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            cse_257 = (K4 * nx_0)
-            cse_443 = (p_C * cse_257)
-            cse_99 = (p_E * state_internal_dgamma)
-            cse_515 = (K1 - nx_1)
-            cse_516 = tl.where((-cse_32 - cse_99 + (state_internal_dgamma * (cse_16 + cse_443)) + (K2 * (p_sigma_y + (p_R * cse_515)))) > 0.0, 1.0, 0.0)
-            cse_517 = (K1 - cse_516)
-            cse_72 = _mc_sdiv(K1, (K5 * cse_32))
-            cse_521 = (cse_517 * cse_72)
-            cse_522 = (cse_18 * cse_521)
-            cse_103 = (p_E * cse_14)
-            cse_523 = (K6 * cse_103)
-            cse_524 = (cse_522 * cse_523)
-            cse_525 = (cse_521 * cse_523)
-            cse_526 = (cse_20 * cse_525)
-            cse_527 = (cse_22 * cse_525)
-            cse_68 = (cse_25 * cse_28)
-            cse_69 = (cse_29 * cse_31)
-            cse_70 = (cse_17 * cse_8)
-            cse_65 = (cse_18 * old_state_internal_X_3)
-            cse_66 = (cse_20 * old_state_internal_X_4)
-            cse_67 = (cse_22 * old_state_internal_X_5)
-            cse_58 = (p_g * state_internal_dgamma)
-            cse_529 = (K1 + cse_58)
-            cse_59 = (K1 / (cse_529 * cse_529))
-            cse_63 = (p_g * cse_59)
-            cse_64 = (K5 * cse_63)
-            cse_71 = ((cse_64 * cse_65) + (cse_64 * cse_66) + (cse_64 * cse_67) + (cse_64 * cse_68) + (cse_64 * cse_69) + (cse_64 * cse_70))
-            cse_104 = (K7 * cse_28)
-            cse_105 = (cse_103 * cse_104)
-            cse_106 = (K7 * cse_103)
-            cse_107 = (cse_106 * cse_31)
-            cse_108 = (cse_105 + cse_107 - (K8 * p_E * cse_14 * cse_17))
-            cse_109 = (-cse_108)
-            cse_115 = (cse_106 * cse_17)
-            cse_116 = (cse_105 + cse_115 - (K8 * p_E * cse_14 * cse_31))
-            cse_117 = (-cse_116)
-            cse_120 = (cse_107 + cse_115 - (K8 * p_E * cse_14 * cse_28))
-            cse_121 = (-cse_120)
-            cse_60 = (cse_58 * cse_59)
-            cse_518 = (p_R * nx_1)
-            cse_519 = (p_d * cse_518)
-            # linear solve 1: 1x1, 6 right-hand side(s), unrolled over structural nonzeros
-            ls1_1 = ((p_E * cse_516) + (cse_517 * (-(cse_49 * cse_60) - (cse_71 * cse_72) + (K5 * p_E * cse_14) + (K4 * p_C * nx_0))) + (K4 * cse_517 * cse_519))
-            ls1_2 = (K1 / ls1_1)
-            ls1_3 = (cse_109 * cse_521)
-            ls1_4 = (cse_117 * cse_521)
-            ls1_5 = (cse_121 * cse_521)
-            ls1_6 = (ls1_3 * ls1_2)
-            ls1_7 = (ls1_4 * ls1_2)
-            ls1_8 = (ls1_5 * ls1_2)
-            ls1_9 = (cse_524 * ls1_2)
-            ls1_10 = (cse_526 * ls1_2)
-            ls1_11 = (cse_527 * ls1_2)
-            d1 = ls1_6
-            d2 = ls1_7
-            d3 = ls1_8
-            d4 = ls1_9
-            d5 = ls1_10
-            d6 = ls1_11
-            cse_73 = (tl.where(state_internal_dgamma == 0.0, K9, cse_72) * tl.where(state_internal_dgamma == 0.0, K9, _mc_sdiv(K1, (cse_32 * cse_32))))
-            cse_74 = (cse_73 * state_internal_dgamma)
-            cse_75 = (cse_71 * cse_74)
-            cse_76 = (cse_17 * cse_75)
-            cse_61 = (cse_33 * cse_60)
-            cse_62 = (cse_61 * cse_8)
-            cse_77 = (cse_34 + cse_62 - cse_76)
-            cse_110 = (cse_17 * cse_74)
-            cse_111 = (cse_109 * cse_110)
-            cse_100 = (cse_33 * cse_99)
-            cse_101 = (K7 * cse_14)
-            cse_102 = (cse_100 * cse_101)
-            d7 = (cse_102 - cse_111 + (cse_77 * d1))
-            cse_489 = (cse_475 + cse_482)
-            cse_487 = (-cse_475)
-            d8 = (cse_489 + (cse_487 * d7))
-            cse_118 = (cse_110 * cse_117)
-            cse_113 = (cse_100 * cse_14)
-            cse_114 = (K4 * cse_113)
-            d9 = (-cse_114 - cse_118 + (cse_77 * d2))
-            d10 = (cse_482 + (cse_487 * d9))
-            cse_122 = (cse_110 * cse_121)
-            d11 = (-cse_114 - cse_122 + (cse_77 * d3))
-            d12 = (cse_482 + (cse_487 * d11))
-            cse_125 = (cse_73 * cse_99)
-            cse_124 = (K6 * cse_14)
-            cse_126 = (cse_124 * cse_125)
-            cse_127 = (cse_126 * cse_17)
-            cse_128 = (cse_127 * cse_18)
-            d13 = (-cse_128 + (cse_77 * d4))
-            d14 = (cse_487 * d13)
+            dcse_561 = (K4 * p_C * nx_0)
+            dcse_563 = (p_E * state_internal_dgamma)
+            dcse_577 = (cse_32 + dcse_563 - (state_internal_dgamma * (cse_16 + dcse_561)))
+            dcse_576 = (K1 - nx_1)
+            dcse_586 = tl.where((-dcse_577 + (K2 * (p_sigma_y + (p_R * dcse_576)))) > 0.0, 1.0, 0.0)
+            dcse_587 = (K1 - dcse_586)
+            dcse_573 = _mc_sdiv(K1, (K5 * cse_32))
+            dcse_560 = (p_g * state_internal_dgamma)
+            dcse_574 = (K1 + dcse_560)
+            dcse_583 = (K1 / (dcse_574 * dcse_574))
+            dcse_569 = (K5 * p_g * dcse_583)
+            dcse_584 = ((cse_17 * cse_8 * dcse_569) + (cse_18 * dcse_569 * old_state_internal_X_3) + (cse_20 * dcse_569 * old_state_internal_X_4) + (cse_22 * dcse_569 * old_state_internal_X_5) + (cse_25 * cse_28 * dcse_569) + (cse_29 * cse_31 * dcse_569))
+            dcse_562 = (p_E * cse_14)
+            dcse_575 = (dcse_561 + (K5 * dcse_562))
+            dcse_570 = (dcse_560 * dcse_583)
+            dcse_588 = (K1 / ((p_E * dcse_586) + (dcse_587 * (dcse_575 - (cse_49 * dcse_570) - (dcse_573 * dcse_584))) + (K4 * p_R * p_d * dcse_587 * nx_1)))
+            dcse_571 = (cse_33 * dcse_570)
+            dcse_582 = tl.where(state_internal_dgamma == 0.0, K6, dcse_573)
+            dcse_578 = tl.where(state_internal_dgamma == 0.0, K6, _mc_sdiv(K1, (cse_32 * cse_32)))
+            dcse_534 = (dcse_578 * dcse_582 * state_internal_dgamma)
+            dcse_535 = (cse_17 * dcse_534)
+            dcse_585 = (cse_34 + (cse_8 * dcse_571) - (dcse_535 * dcse_584))
+            dcse_536 = (cse_475 * (-dcse_535 + (dcse_573 * dcse_585 * dcse_587 * dcse_588)))
+            dcse_537 = (dcse_573 * dcse_587 * dcse_588)
+            dcse_538 = (cse_14 * cse_475)
+            dcse_539 = (p_E * dcse_538)
+            dcse_540 = (dcse_539 * ((K7 * dcse_535) - (K7 * dcse_537 * dcse_585)))
+            dcse_565 = (K8 * dcse_562)
+            dcse_566 = (cse_28 * dcse_565)
+            dcse_567 = (cse_31 * dcse_565)
+            dcse_564 = (K9 * dcse_562)
+            dcse_579 = (dcse_566 + dcse_567 - (cse_17 * dcse_564))
+            dcse_568 = (cse_17 * dcse_565)
+            dcse_580 = (dcse_566 + dcse_568 - (cse_31 * dcse_564))
+            dcse_581 = (dcse_567 + dcse_568 - (cse_28 * dcse_564))
+            dcse_572 = (cse_33 * dcse_538 * dcse_563)
+            dcse_594 = (cse_475 + cse_482)
+            dcse_595 = (dcse_594 - (K8 * dcse_572))
+            dcse_596 = (cse_482 + (K4 * dcse_572))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d8, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d10, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d12, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d14, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_595 + (dcse_536 * dcse_579)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_596 + (dcse_536 * dcse_580)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_596 + (dcse_536 * dcse_581)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_540), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            cse_130 = (cse_127 * cse_20)
-            d15 = (-cse_130 + (cse_77 * d5))
-            d16 = (cse_487 * d15)
-            cse_132 = (cse_127 * cse_22)
-            d17 = (-cse_132 + (cse_77 * d6))
-            d18 = (cse_487 * d17)
-            cse_80 = (cse_31 * cse_75)
-            cse_79 = (cse_29 * cse_61)
-            cse_81 = (cse_36 + cse_79 - cse_80)
-            cse_134 = (cse_31 * cse_74)
-            cse_135 = (cse_109 * cse_134)
-            d19 = (-cse_114 - cse_135 + (cse_81 * d1))
-            d20 = (cse_482 + (cse_487 * d19))
-            cse_137 = (cse_117 * cse_134)
-            d21 = (cse_102 - cse_137 + (cse_81 * d2))
-            d22 = (cse_489 + (cse_487 * d21))
+            dcse_541 = (cse_31 * dcse_534)
+            dcse_589 = (cse_36 + (cse_29 * dcse_571) - (dcse_541 * dcse_584))
+            dcse_542 = (cse_475 * (-dcse_541 + (dcse_573 * dcse_587 * dcse_588 * dcse_589)))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d16, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d18, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d20, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d22, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_540), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_540), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_596 + (dcse_542 * dcse_579)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_595 + (dcse_542 * dcse_580)), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
                 _row11 = _mc_row8(
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d8, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d10, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d12, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d14, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d16, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d18, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d20, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d22, K0), BLOCK)
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_595 + (dcse_536 * dcse_579)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_596 + (dcse_536 * dcse_580)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_596 + (dcse_536 * dcse_581)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_540), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_540), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_540), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_596 + (dcse_542 * dcse_579)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_595 + (dcse_542 * dcse_580)), K0), BLOCK)
                 tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row11, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
-            cse_139 = (cse_121 * cse_134)
-            d23 = (-cse_114 - cse_139 + (cse_81 * d3))
-            d24 = (cse_482 + (cse_487 * d23))
-            cse_141 = (cse_126 * cse_31)
-            cse_142 = (cse_141 * cse_18)
-            d25 = (-cse_142 + (cse_81 * d4))
-            d26 = (cse_487 * d25)
-            cse_144 = (cse_141 * cse_20)
-            d27 = (-cse_144 + (cse_81 * d5))
-            d28 = (cse_487 * d27)
-            cse_146 = (cse_141 * cse_22)
-            d29 = (-cse_146 + (cse_81 * d6))
-            d30 = (cse_487 * d29)
+            dcse_543 = (dcse_539 * ((K7 * dcse_541) - (K7 * dcse_537 * dcse_589)))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d24, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d26, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d28, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d30, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_596 + (dcse_542 * dcse_581)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_543), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_543), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_543), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            cse_84 = (cse_28 * cse_75)
-            cse_83 = (cse_25 * cse_61)
-            cse_85 = (cse_38 + cse_83 - cse_84)
-            cse_148 = (cse_28 * cse_74)
-            cse_149 = (cse_109 * cse_148)
-            d31 = (-cse_114 - cse_149 + (cse_85 * d1))
-            d32 = (cse_482 + (cse_487 * d31))
-            cse_151 = (cse_117 * cse_148)
-            d33 = (-cse_114 - cse_151 + (cse_85 * d2))
-            d34 = (cse_482 + (cse_487 * d33))
-            cse_153 = (cse_121 * cse_148)
-            d35 = (cse_102 - cse_153 + (cse_85 * d3))
-            d36 = (cse_489 + (cse_487 * d35))
-            cse_155 = (cse_126 * cse_28)
-            cse_156 = (cse_155 * cse_18)
-            d37 = (-cse_156 + (cse_85 * d4))
-            d38 = (cse_487 * d37)
+            dcse_544 = (cse_28 * dcse_534)
+            dcse_590 = (cse_38 + (cse_25 * dcse_571) - (dcse_544 * dcse_584))
+            dcse_545 = (cse_475 * (-dcse_544 + (dcse_573 * dcse_587 * dcse_588 * dcse_590)))
+            dcse_546 = (dcse_539 * ((K7 * dcse_544) - (K7 * dcse_537 * dcse_590)))
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d32, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d34, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d36, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d38, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_596 + (dcse_545 * dcse_579)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_596 + (dcse_545 * dcse_580)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_595 + (dcse_545 * dcse_581)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_546), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 8 .. 15 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
                 _row12 = _mc_row8(
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d24, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d26, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d28, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d30, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d32, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d34, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d36, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d38, K0), BLOCK)
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_596 + (dcse_542 * dcse_581)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_543), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_543), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_543), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_596 + (dcse_545 * dcse_579)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_596 + (dcse_545 * dcse_580)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_595 + (dcse_545 * dcse_581)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_546), K0), BLOCK)
                 tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row12, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
-            cse_158 = (cse_155 * cse_20)
-            d39 = (-cse_158 + (cse_85 * d5))
-            d40 = (cse_487 * d39)
-            cse_160 = (cse_155 * cse_22)
-            d41 = (-cse_160 + (cse_85 * d6))
-            d42 = (cse_487 * d41)
-            cse_88 = (cse_18 * cse_75)
-            cse_87 = (cse_61 * old_state_internal_X_3)
-            cse_89 = (cse_40 + cse_87 - cse_88)
-            cse_162 = (cse_18 * cse_74)
-            cse_163 = (cse_109 * cse_162)
-            d43 = (-cse_163 + (cse_89 * d1))
-            cse_488 = (-cse_475)
-            d44 = (cse_488 * d43)
-            cse_165 = (cse_117 * cse_162)
-            d45 = (-cse_165 + (cse_89 * d2))
-            d46 = (cse_488 * d45)
+            dcse_547 = (cse_18 * dcse_534)
+            dcse_591 = (cse_40 + (dcse_571 * old_state_internal_X_3) - (dcse_547 * dcse_584))
+            dcse_548 = (cse_475 * (-dcse_547 + (dcse_573 * dcse_587 * dcse_588 * dcse_591)))
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d40, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d42, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d44, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d46, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_546), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_546), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_548 * dcse_579), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_548 * dcse_580), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            cse_167 = (cse_121 * cse_162)
-            d47 = (-cse_167 + (cse_89 * d3))
-            d48 = (cse_488 * d47)
-            cse_170 = (cse_126 * cse_19)
-            cse_169 = (cse_100 * cse_15)
-            d49 = (cse_169 - cse_170 + (cse_89 * d4))
-            d50 = (cse_475 + (cse_488 * d49))
-            cse_172 = (cse_126 * cse_18)
-            cse_173 = (cse_172 * cse_20)
-            d51 = (-cse_173 + (cse_89 * d5))
-            d52 = (cse_488 * d51)
-            cse_175 = (cse_172 * cse_22)
-            d53 = (-cse_175 + (cse_89 * d6))
-            d54 = (cse_488 * d53)
+            dcse_549 = (-cse_15 * cse_33 * cse_475 * state_internal_dgamma)
+            dcse_550 = (K7 * dcse_537 * dcse_591)
+            dcse_551 = (dcse_539 * (-dcse_550 + (K7 * dcse_547)))
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d48, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d50, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d52, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_548 * dcse_581), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 + (p_E * (dcse_549 + (dcse_538 * (-(cse_18 * dcse_550) + (K7 * cse_19 * dcse_578 * dcse_582 * state_internal_dgamma)))))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_551), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_551), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 16 .. 23 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
                 _row13 = _mc_row8(
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d40, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d42, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d44, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d46, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d48, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d50, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d52, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d54, K0), BLOCK)
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_546), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_546), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_548 * dcse_579), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_548 * dcse_580), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_548 * dcse_581), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 + (p_E * (dcse_549 + (dcse_538 * (-(cse_18 * dcse_550) + (K7 * cse_19 * dcse_578 * dcse_582 * state_internal_dgamma)))))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_551), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_551), K0), BLOCK)
                 tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row13, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
-            cse_92 = (cse_20 * cse_75)
-            cse_91 = (cse_61 * old_state_internal_X_4)
-            cse_93 = (cse_42 + cse_91 - cse_92)
-            cse_177 = (cse_20 * cse_74)
-            cse_178 = (cse_109 * cse_177)
-            d55 = (-cse_178 + (cse_93 * d1))
-            d56 = (cse_488 * d55)
-            cse_180 = (cse_117 * cse_177)
-            d57 = (-cse_180 + (cse_93 * d2))
-            d58 = (cse_488 * d57)
-            cse_182 = (cse_121 * cse_177)
-            d59 = (-cse_182 + (cse_93 * d3))
-            d60 = (cse_488 * d59)
-            d61 = (-cse_173 + (cse_93 * d4))
-            d62 = (cse_488 * d61)
+            dcse_552 = (cse_20 * dcse_534)
+            dcse_592 = (cse_42 + (dcse_571 * old_state_internal_X_4) - (dcse_552 * dcse_584))
+            dcse_553 = (cse_475 * (-dcse_552 + (dcse_573 * dcse_587 * dcse_588 * dcse_592)))
+            dcse_554 = (K7 * dcse_537 * dcse_592)
+            dcse_555 = (dcse_539 * (-dcse_554 + (K7 * dcse_552)))
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d56, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d58, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d60, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d62, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_553 * dcse_579), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_553 * dcse_580), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_553 * dcse_581), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_555), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            cse_185 = (cse_126 * cse_21)
-            d63 = (cse_169 - cse_185 + (cse_93 * d5))
-            d64 = (cse_475 + (cse_488 * d63))
-            cse_187 = (cse_20 * cse_22)
-            cse_188 = (cse_126 * cse_187)
-            d65 = (-cse_188 + (cse_93 * d6))
-            d66 = (cse_488 * d65)
-            cse_96 = (cse_22 * cse_75)
-            cse_95 = (cse_61 * old_state_internal_X_5)
-            cse_97 = (cse_44 + cse_95 - cse_96)
-            cse_190 = (cse_22 * cse_74)
-            cse_191 = (cse_109 * cse_190)
-            d67 = (-cse_191 + (cse_97 * d1))
-            d68 = (cse_488 * d67)
-            cse_193 = (cse_117 * cse_190)
-            d69 = (-cse_193 + (cse_97 * d2))
-            d70 = (cse_488 * d69)
+            dcse_556 = (cse_22 * dcse_534)
+            dcse_593 = (cse_44 + (dcse_571 * old_state_internal_X_5) - (dcse_556 * dcse_584))
+            dcse_557 = (cse_475 * (-dcse_556 + (dcse_573 * dcse_587 * dcse_588 * dcse_593)))
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d64, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d66, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d68, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d70, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 + (p_E * (dcse_549 + (dcse_538 * (-(cse_20 * dcse_554) + (K7 * cse_21 * dcse_578 * dcse_582 * state_internal_dgamma)))))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_555), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_557 * dcse_579), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_557 * dcse_580), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 24 .. 31 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
                 _row14 = _mc_row8(
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d56, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d58, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d60, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d62, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d64, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d66, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d68, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d70, K0), BLOCK)
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_553 * dcse_579), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_553 * dcse_580), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_553 * dcse_581), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_555), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 + (p_E * (dcse_549 + (dcse_538 * (-(cse_20 * dcse_554) + (K7 * cse_21 * dcse_578 * dcse_582 * state_internal_dgamma)))))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_555), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_557 * dcse_579), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_557 * dcse_580), K0), BLOCK)
                 tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row14, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
-            cse_195 = (cse_121 * cse_190)
-            d71 = (-cse_195 + (cse_97 * d3))
-            d72 = (cse_488 * d71)
-            d73 = (-cse_175 + (cse_97 * d4))
-            d74 = (cse_488 * d73)
-            d75 = (-cse_188 + (cse_97 * d5))
-            d76 = (cse_488 * d75)
-            cse_199 = (cse_126 * cse_23)
-            d77 = (cse_169 - cse_199 + (cse_97 * d6))
-            d78 = (cse_475 + (cse_488 * d77))
+            dcse_558 = (K7 * dcse_537 * dcse_593)
+            dcse_559 = (dcse_539 * (-dcse_558 + (K7 * dcse_556)))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d72, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d74, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d76, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d78, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_557 * dcse_581), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_559), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_559), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 + (p_E * (dcse_549 + (dcse_538 * (-(cse_22 * dcse_558) + (K7 * cse_23 * dcse_578 * dcse_582 * state_internal_dgamma)))))), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 12:  # jacobian, total
-            d79 = _mc_sdiv(state_internal_dgamma, (cse_56 * cse_56))
-            cse_201 = (cse_108 * cse_110)
-            cse_202 = (-K1 + cse_102)
-            cse_204 = (cse_110 * cse_116)
-            cse_206 = (cse_110 * cse_120)
-            cse_211 = (cse_108 * cse_134)
-            cse_213 = (cse_116 * cse_134)
-            cse_215 = (cse_120 * cse_134)
-            cse_220 = (cse_108 * cse_148)
-            cse_222 = (cse_116 * cse_148)
-            cse_224 = (cse_120 * cse_148)
-            cse_229 = (cse_108 * cse_162)
-            cse_231 = (cse_116 * cse_162)
-            cse_233 = (cse_120 * cse_162)
-            cse_235 = (K1 - cse_169)
-            cse_239 = (cse_108 * cse_177)
-            cse_241 = (cse_116 * cse_177)
-            cse_243 = (cse_120 * cse_177)
-            cse_248 = (cse_108 * cse_190)
-            cse_250 = (cse_116 * cse_190)
-            cse_252 = (cse_120 * cse_190)
-            cse_258 = (cse_33 * state_internal_dgamma)
-            cse_259 = (cse_257 * cse_258)
-            cse_260 = (cse_257 * cse_28)
-            cse_261 = (cse_257 * cse_31)
-            cse_262 = (K7 * nx_0)
-            cse_263 = (cse_260 + cse_261 - (cse_17 * cse_262))
-            cse_264 = (cse_110 * cse_263)
-            cse_266 = (cse_258 * nx_0)
-            cse_267 = (K3 * cse_266)
-            cse_268 = (cse_17 * cse_257)
-            cse_269 = (cse_260 + cse_268 - (cse_262 * cse_31))
-            cse_270 = (cse_110 * cse_269)
-            cse_272 = (cse_261 + cse_268 - (cse_262 * cse_28))
-            cse_273 = (cse_110 * cse_272)
-            cse_275 = (K5 * nx_0)
-            cse_276 = (cse_110 * cse_275)
-            cse_280 = (cse_134 * cse_263)
-            cse_282 = (cse_134 * cse_269)
-            cse_284 = (cse_134 * cse_272)
-            cse_286 = (cse_134 * cse_275)
-            cse_290 = (cse_148 * cse_263)
-            cse_292 = (cse_148 * cse_269)
-            cse_294 = (cse_148 * cse_272)
-            cse_296 = (cse_148 * cse_275)
-            cse_300 = (cse_162 * cse_263)
-            cse_302 = (cse_162 * cse_269)
-            cse_304 = (cse_162 * cse_272)
-            cse_306 = (-cse_266)
-            cse_307 = (cse_275 * cse_74)
-            cse_309 = (cse_162 * cse_275)
-            cse_310 = (cse_20 * cse_309)
-            cse_312 = (cse_22 * cse_309)
-            cse_314 = (cse_177 * cse_263)
-            cse_316 = (cse_177 * cse_269)
-            cse_318 = (cse_177 * cse_272)
-            cse_322 = (cse_177 * cse_22 * cse_275)
-            cse_324 = (cse_190 * cse_263)
-            cse_326 = (cse_190 * cse_269)
-            cse_328 = (cse_190 * cse_272)
-            cse_386 = (cse_59 * state_internal_dgamma)
-            cse_418 = ((nx_0 * ((cse_34 * cse_49) + (cse_49 * cse_62) - (cse_49 * cse_76))) - (cse_50 * cse_63))
-            cse_419 = ((nx_0 * ((cse_36 * cse_49) + (cse_49 * cse_79) - (cse_49 * cse_80))) - (cse_51 * cse_63))
-            cse_420 = ((nx_0 * ((cse_38 * cse_49) + (cse_49 * cse_83) - (cse_49 * cse_84))) - (cse_52 * cse_63))
-            cse_421 = ((nx_0 * ((cse_40 * cse_49) + (cse_49 * cse_87) - (cse_49 * cse_88))) - (cse_53 * cse_63))
-            cse_422 = ((nx_0 * ((cse_42 * cse_49) + (cse_49 * cse_91) - (cse_49 * cse_92))) - (cse_54 * cse_63))
-            cse_423 = ((nx_0 * ((cse_44 * cse_49) + (cse_49 * cse_95) - (cse_49 * cse_96))) - (cse_55 * cse_63))
-            cse_424 = (p_C * cse_113)
-            cse_425 = (K10 * cse_424)
-            cse_426 = (K11 * cse_424)
-            cse_427 = (cse_17 * cse_18)
-            cse_428 = (K8 * cse_125 * cse_14)
-            cse_429 = (p_C * cse_428)
-            cse_430 = (cse_429 * nx_0)
-            cse_431 = (cse_427 * cse_430)
-            cse_432 = (cse_17 * cse_430)
-            cse_433 = (cse_20 * cse_432)
-            cse_434 = (cse_22 * cse_432)
-            cse_435 = (cse_31 * cse_430)
-            cse_436 = (cse_18 * cse_435)
-            cse_437 = (cse_20 * cse_435)
-            cse_438 = (cse_22 * cse_435)
-            cse_439 = (cse_28 * cse_430)
-            cse_440 = (cse_18 * cse_439)
-            cse_441 = (cse_20 * cse_439)
-            cse_442 = (cse_22 * cse_439)
-            cse_444 = (-K7 * p_C * p_E * cse_14 * cse_33 * state_internal_dgamma)
-            cse_445 = (p_C * cse_19)
-            cse_446 = (cse_444 + (cse_428 * cse_445))
-            cse_447 = (cse_18 * cse_430)
-            cse_448 = (cse_20 * cse_447)
-            cse_449 = (cse_22 * cse_447)
-            cse_450 = (cse_444 + (cse_21 * cse_429))
-            cse_451 = (cse_187 * cse_430)
-            cse_452 = (cse_444 + (cse_23 * cse_429))
-            cse_453 = (p_C * cse_266)
-            cse_454 = (-K1 + (K11 * cse_453))
-            cse_455 = (K12 * cse_453)
-            cse_456 = (p_C * cse_386 * cse_73)
-            cse_457 = (K7 * cse_456)
-            cse_458 = (cse_17 * cse_457)
-            cse_459 = (cse_31 * cse_457)
-            cse_460 = (cse_104 * cse_456)
-            cse_461 = (cse_262 * cse_74)
-            cse_462 = (K1 - (cse_258 * cse_443))
-            cse_463 = (cse_18 * cse_457)
-            cse_464 = (cse_20 * cse_463)
-            cse_465 = (cse_22 * cse_463)
-            cse_466 = (p_C * cse_461)
-            cse_467 = (cse_187 * cse_457)
-            cse_471 = _mc_sdiv(K1, cse_56)
-            cse_490 = (-cse_482)
-            cse_493 = (-cse_489)
-            cse_520 = (K2 * cse_517)
-            cse_528 = (cse_275 * cse_521)
-            d80 = (-d79)
-            # linear solve 2: 1x1, 13 right-hand side(s), unrolled over structural nonzeros
-            ls2_1 = ((p_E * cse_516) + (cse_517 * (-(cse_49 * cse_60) - (cse_71 * cse_72) + (K5 * p_E * cse_14) + (K4 * p_C * nx_0))) + (K4 * cse_517 * cse_519))
-            ls2_2 = (K1 / ls2_1)
-            ls2_3 = (-cse_519 * cse_520)
-            ls2_4 = (cse_108 * cse_521)
-            ls2_5 = (cse_116 * cse_521)
-            ls2_6 = (cse_120 * cse_521)
-            ls2_7 = (-cse_524)
-            ls2_8 = (-cse_526)
-            ls2_9 = (-cse_527)
-            ls2_10 = (cse_263 * cse_521)
-            ls2_11 = (cse_269 * cse_521)
-            ls2_12 = (cse_272 * cse_521)
-            ls2_13 = (-cse_275 * cse_522)
-            ls2_14 = (-cse_20 * cse_528)
-            ls2_15 = (-cse_22 * cse_528)
-            ls2_16 = (ls2_3 * ls2_2)
-            ls2_17 = (ls2_4 * ls2_2)
-            ls2_18 = (ls2_5 * ls2_2)
-            ls2_19 = (ls2_6 * ls2_2)
-            ls2_20 = (ls2_7 * ls2_2)
-            ls2_21 = (ls2_8 * ls2_2)
-            ls2_22 = (ls2_9 * ls2_2)
-            ls2_23 = (ls2_10 * ls2_2)
-            ls2_24 = (ls2_11 * ls2_2)
-            ls2_25 = (ls2_12 * ls2_2)
-            ls2_26 = (ls2_13 * ls2_2)
-            ls2_27 = (ls2_14 * ls2_2)
-            ls2_28 = (ls2_15 * ls2_2)
-            d81 = ls2_16
-            d82 = ls2_17
-            d83 = ls2_18
-            d84 = ls2_19
-            d85 = ls2_20
-            d86 = ls2_21
-            d87 = ls2_22
-            d88 = ls2_23
-            d89 = ls2_24
-            d90 = ls2_25
-            d91 = ls2_26
-            d92 = ls2_27
-            d93 = ls2_28
-            d94 = (cse_77 * d81)
-            d95 = (cse_81 * d81)
-            d96 = (cse_85 * d81)
-            d97 = (cse_89 * d81)
-            d98 = (cse_93 * d81)
-            d99 = (cse_97 * d81)
-            d100 = (-cse_201 - cse_202 + (cse_77 * d82))
-            d101 = (cse_114 - cse_204 + (cse_77 * d83))
-            d102 = (cse_114 - cse_206 + (cse_77 * d84))
-            d103 = (cse_128 + (cse_77 * d85))
-            d104 = (cse_130 + (cse_77 * d86))
-            d105 = (cse_132 + (cse_77 * d87))
-            d106 = (cse_114 - cse_211 + (cse_81 * d82))
-            d107 = (-cse_202 - cse_213 + (cse_81 * d83))
-            d108 = (cse_114 - cse_215 + (cse_81 * d84))
-            d109 = (cse_142 + (cse_81 * d85))
-            d110 = (cse_144 + (cse_81 * d86))
-            d111 = (cse_146 + (cse_81 * d87))
-            d112 = (cse_114 - cse_220 + (cse_85 * d82))
-            d113 = (cse_114 - cse_222 + (cse_85 * d83))
-            d114 = (-cse_202 - cse_224 + (cse_85 * d84))
-            d115 = (cse_156 + (cse_85 * d85))
-            d116 = (cse_158 + (cse_85 * d86))
-            d117 = (cse_160 + (cse_85 * d87))
-            d118 = (-cse_229 + (cse_89 * d82))
-            d119 = (-cse_231 + (cse_89 * d83))
-            d120 = (-cse_233 + (cse_89 * d84))
-            d121 = (cse_170 + cse_235 + (cse_89 * d85))
-            d122 = (cse_173 + (cse_89 * d86))
-            d123 = (cse_175 + (cse_89 * d87))
-            d124 = (-cse_239 + (cse_93 * d82))
-            d125 = (-cse_241 + (cse_93 * d83))
-            d126 = (-cse_243 + (cse_93 * d84))
-            d127 = (cse_173 + (cse_93 * d85))
-            d128 = (cse_185 + cse_235 + (cse_93 * d86))
-            d129 = (cse_188 + (cse_93 * d87))
-            d130 = (-cse_248 + (cse_97 * d82))
-            d131 = (-cse_250 + (cse_97 * d83))
-            d132 = (-cse_252 + (cse_97 * d84))
-            d133 = (cse_175 + (cse_97 * d85))
-            d134 = (cse_188 + (cse_97 * d86))
-            d135 = (cse_199 + cse_235 + (cse_97 * d87))
-            d136 = (-cse_259 - cse_264 + (cse_77 * d88))
-            d137 = (cse_267 - cse_270 + (cse_77 * d89))
-            d138 = (cse_267 - cse_273 + (cse_77 * d90))
-            d139 = ((cse_18 * cse_276) + (cse_77 * d91))
-            d140 = ((cse_20 * cse_276) + (cse_77 * d92))
-            d141 = ((cse_22 * cse_276) + (cse_77 * d93))
-            d142 = (cse_267 - cse_280 + (cse_81 * d88))
-            d143 = (-cse_259 - cse_282 + (cse_81 * d89))
-            d144 = (cse_267 - cse_284 + (cse_81 * d90))
-            d145 = ((cse_18 * cse_286) + (cse_81 * d91))
-            d146 = ((cse_20 * cse_286) + (cse_81 * d92))
-            d147 = ((cse_22 * cse_286) + (cse_81 * d93))
-            d148 = (cse_267 - cse_290 + (cse_85 * d88))
-            d149 = (cse_267 - cse_292 + (cse_85 * d89))
-            d150 = (-cse_259 - cse_294 + (cse_85 * d90))
-            d151 = ((cse_18 * cse_296) + (cse_85 * d91))
-            d152 = ((cse_20 * cse_296) + (cse_85 * d92))
-            d153 = ((cse_22 * cse_296) + (cse_85 * d93))
-            d154 = (-cse_300 + (cse_89 * d88))
-            d155 = (-cse_302 + (cse_89 * d89))
-            d156 = (-cse_304 + (cse_89 * d90))
-            d157 = (cse_306 + (cse_19 * cse_307) + (cse_89 * d91))
-            d158 = (cse_310 + (cse_89 * d92))
-            d159 = (cse_312 + (cse_89 * d93))
-            d160 = (-cse_314 + (cse_93 * d88))
-            d161 = (-cse_316 + (cse_93 * d89))
-            d162 = (-cse_318 + (cse_93 * d90))
-            d163 = (cse_310 + (cse_93 * d91))
-            d164 = (cse_306 + (cse_21 * cse_307) + (cse_93 * d92))
-            d165 = (cse_322 + (cse_93 * d93))
-            d166 = (-cse_324 + (cse_97 * d88))
-            d167 = (-cse_326 + (cse_97 * d89))
-            d168 = (-cse_328 + (cse_97 * d90))
-            d169 = (cse_312 + (cse_97 * d91))
-            d170 = (cse_322 + (cse_97 * d92))
-            d171 = (cse_306 + (cse_23 * cse_307) + (cse_97 * d93))
-            cse_491 = (cse_490 * d112)
-            cse_492 = (cse_490 * d106)
-            cse_494 = (cse_490 * d113)
-            cse_495 = (cse_490 * d107)
-            cse_496 = (cse_490 * d108)
-            cse_497 = (cse_490 * d114)
-            cse_498 = (cse_490 * d115)
-            cse_499 = (cse_490 * d109)
-            cse_500 = (cse_490 * d116)
-            cse_501 = (cse_490 * d110)
-            cse_502 = (cse_490 * d117)
-            cse_503 = (cse_490 * d111)
-            cse_504 = (cse_490 * d100)
-            cse_505 = (cse_490 * d101)
-            cse_506 = (cse_490 * d102)
-            cse_507 = (cse_490 * d103)
-            cse_508 = (cse_490 * d104)
-            cse_509 = (cse_490 * d105)
-            d172 = (K1 + (K2 * d81))
-            d173 = (K2 * d1)
-            d174 = (K2 * d2)
-            d175 = (K2 * d3)
-            d176 = (K2 * d4)
-            d177 = (K2 * d5)
-            d178 = (K2 * d6)
-            d179 = (K2 * d82)
-            d180 = (K2 * d83)
-            d181 = (K2 * d84)
-            d182 = (K2 * d85)
-            d183 = (K2 * d86)
-            d184 = (K2 * d87)
-            d185 = (K2 * d88)
-            d186 = (K2 * d89)
-            d187 = (K2 * d90)
-            d188 = (K2 * d91)
-            d189 = (K2 * d92)
-            d190 = (K2 * d93)
-            d191 = (cse_418 * d81)
-            d192 = (cse_419 * d81)
-            d193 = (cse_420 * d81)
-            d194 = (cse_421 * d81)
-            d195 = (cse_422 * d81)
-            d196 = (cse_423 * d81)
-            d197 = ((cse_418 * d1) + (nx_0 * (cse_425 - (cse_111 * cse_49))))
-            d198 = ((cse_418 * d2) + (nx_0 * (-cse_426 - (cse_118 * cse_49))))
-            d199 = ((cse_418 * d3) + (nx_0 * (-cse_426 - (cse_122 * cse_49))))
-            d200 = (-cse_431 + (cse_418 * d4))
-            d201 = (-cse_433 + (cse_418 * d5))
-            d202 = (-cse_434 + (cse_418 * d6))
-            d203 = ((cse_419 * d1) + (nx_0 * (-cse_426 - (cse_135 * cse_49))))
-            d204 = ((cse_419 * d2) + (nx_0 * (cse_425 - (cse_137 * cse_49))))
-            d205 = ((cse_419 * d3) + (nx_0 * (-cse_426 - (cse_139 * cse_49))))
-            d206 = (-cse_436 + (cse_419 * d4))
-            d207 = (-cse_437 + (cse_419 * d5))
-            d208 = (-cse_438 + (cse_419 * d6))
-            d209 = ((cse_420 * d1) + (nx_0 * (-cse_426 - (cse_149 * cse_49))))
-            d210 = ((cse_420 * d2) + (nx_0 * (-cse_426 - (cse_151 * cse_49))))
-            d211 = ((cse_420 * d3) + (nx_0 * (cse_425 - (cse_153 * cse_49))))
-            d212 = (-cse_440 + (cse_420 * d4))
-            d213 = (-cse_441 + (cse_420 * d5))
-            d214 = (-cse_442 + (cse_420 * d6))
-            d215 = ((cse_421 * d1) - (cse_163 * cse_443))
-            d216 = ((cse_421 * d2) - (cse_165 * cse_443))
-            d217 = ((cse_421 * d3) - (cse_167 * cse_443))
-            d218 = ((cse_421 * d4) - (cse_446 * nx_0))
-            d219 = (-cse_448 + (cse_421 * d5))
-            d220 = (-cse_449 + (cse_421 * d6))
-            d221 = ((cse_422 * d1) - (cse_178 * cse_443))
-            d222 = ((cse_422 * d2) - (cse_180 * cse_443))
-            d223 = ((cse_422 * d3) - (cse_182 * cse_443))
-            d224 = (-cse_448 + (cse_422 * d4))
-            d225 = ((cse_422 * d5) - (cse_450 * nx_0))
-            d226 = (-cse_451 + (cse_422 * d6))
-            d227 = ((cse_423 * d1) - (cse_191 * cse_443))
-            d228 = ((cse_423 * d2) - (cse_193 * cse_443))
-            d229 = ((cse_423 * d3) - (cse_195 * cse_443))
-            d230 = (-cse_449 + (cse_423 * d4))
-            d231 = (-cse_451 + (cse_423 * d5))
-            d232 = ((cse_423 * d6) - (cse_452 * nx_0))
-            d233 = ((cse_418 * d82) + (nx_0 * (-cse_425 - (cse_201 * cse_49))))
-            d234 = ((cse_418 * d83) + (nx_0 * (cse_426 - (cse_204 * cse_49))))
-            d235 = ((cse_418 * d84) + (nx_0 * (cse_426 - (cse_206 * cse_49))))
-            d236 = (cse_431 + (cse_418 * d85))
-            d237 = (cse_433 + (cse_418 * d86))
-            d238 = (cse_434 + (cse_418 * d87))
-            d239 = ((cse_419 * d82) + (nx_0 * (cse_426 - (cse_211 * cse_49))))
-            d240 = ((cse_419 * d83) + (nx_0 * (-cse_425 - (cse_213 * cse_49))))
-            d241 = ((cse_419 * d84) + (nx_0 * (cse_426 - (cse_215 * cse_49))))
-            d242 = (cse_436 + (cse_419 * d85))
-            d243 = (cse_437 + (cse_419 * d86))
-            d244 = (cse_438 + (cse_419 * d87))
-            d245 = ((cse_420 * d82) + (nx_0 * (cse_426 - (cse_220 * cse_49))))
-            d246 = ((cse_420 * d83) + (nx_0 * (cse_426 - (cse_222 * cse_49))))
-            d247 = ((cse_420 * d84) + (nx_0 * (-cse_425 - (cse_224 * cse_49))))
-            d248 = (cse_440 + (cse_420 * d85))
-            d249 = (cse_441 + (cse_420 * d86))
-            d250 = (cse_442 + (cse_420 * d87))
-            d251 = ((cse_421 * d82) - (cse_229 * cse_443))
-            d252 = ((cse_421 * d83) - (cse_231 * cse_443))
-            d253 = ((cse_421 * d84) - (cse_233 * cse_443))
-            d254 = ((cse_421 * d85) + (cse_446 * nx_0))
-            d255 = (cse_448 + (cse_421 * d86))
-            d256 = (cse_449 + (cse_421 * d87))
-            d257 = ((cse_422 * d82) - (cse_239 * cse_443))
-            d258 = ((cse_422 * d83) - (cse_241 * cse_443))
-            d259 = ((cse_422 * d84) - (cse_243 * cse_443))
-            d260 = (cse_448 + (cse_422 * d85))
-            d261 = ((cse_422 * d86) + (cse_450 * nx_0))
-            d262 = (cse_451 + (cse_422 * d87))
-            d263 = ((cse_423 * d82) - (cse_248 * cse_443))
-            d264 = ((cse_423 * d83) - (cse_250 * cse_443))
-            d265 = ((cse_423 * d84) - (cse_252 * cse_443))
-            d266 = (cse_449 + (cse_423 * d85))
-            d267 = (cse_451 + (cse_423 * d86))
-            d268 = ((cse_423 * d87) + (cse_452 * nx_0))
-            d269 = ((cse_418 * d88) + (nx_0 * (-cse_454 - (cse_264 * cse_49))))
-            d270 = ((cse_418 * d89) + (nx_0 * (cse_455 - (cse_270 * cse_49))))
-            d271 = ((cse_418 * d90) + (nx_0 * (cse_455 - (cse_273 * cse_49))))
-            d272 = ((cse_418 * d91) + (cse_427 * cse_457))
-            d273 = ((cse_20 * cse_458) + (cse_418 * d92))
-            d274 = ((cse_22 * cse_458) + (cse_418 * d93))
-            d275 = ((cse_419 * d88) + (nx_0 * (cse_455 - (cse_280 * cse_49))))
-            d276 = ((cse_419 * d89) + (nx_0 * (-cse_454 - (cse_282 * cse_49))))
-            d277 = ((cse_419 * d90) + (nx_0 * (cse_455 - (cse_284 * cse_49))))
-            d278 = ((cse_18 * cse_459) + (cse_419 * d91))
-            d279 = ((cse_20 * cse_459) + (cse_419 * d92))
-            d280 = ((cse_22 * cse_459) + (cse_419 * d93))
-            d281 = ((cse_420 * d88) + (nx_0 * (cse_455 - (cse_290 * cse_49))))
-            d282 = ((cse_420 * d89) + (nx_0 * (cse_455 - (cse_292 * cse_49))))
-            d283 = ((cse_420 * d90) + (nx_0 * (-cse_454 - (cse_294 * cse_49))))
-            d284 = ((cse_18 * cse_460) + (cse_420 * d91))
-            d285 = ((cse_20 * cse_460) + (cse_420 * d92))
-            d286 = ((cse_22 * cse_460) + (cse_420 * d93))
-            d287 = ((cse_421 * d88) - (cse_300 * cse_443))
-            d288 = ((cse_421 * d89) - (cse_302 * cse_443))
-            d289 = ((cse_421 * d90) - (cse_304 * cse_443))
-            d290 = ((cse_421 * d91) + (nx_0 * (cse_462 + (cse_445 * cse_461))))
-            d291 = (cse_464 + (cse_421 * d92))
-            d292 = (cse_465 + (cse_421 * d93))
-            d293 = ((cse_422 * d88) - (cse_314 * cse_443))
-            d294 = ((cse_422 * d89) - (cse_316 * cse_443))
-            d295 = ((cse_422 * d90) - (cse_318 * cse_443))
-            d296 = (cse_464 + (cse_422 * d91))
-            d297 = ((cse_422 * d92) + (nx_0 * (cse_462 + (cse_21 * cse_466))))
-            d298 = (cse_467 + (cse_422 * d93))
-            d299 = ((cse_423 * d88) - (cse_324 * cse_443))
-            d300 = ((cse_423 * d89) - (cse_326 * cse_443))
-            d301 = ((cse_423 * d90) - (cse_328 * cse_443))
-            d302 = (cse_465 + (cse_423 * d91))
-            d303 = (cse_467 + (cse_423 * d92))
-            d304 = ((cse_423 * d93) + (nx_0 * (cse_462 + (cse_23 * cse_466))))
-            d305 = (cse_471 * d81)
-            d306 = (cse_471 * d1)
-            d307 = (cse_471 * d2)
-            d308 = (cse_471 * d3)
-            d309 = (cse_471 * d4)
-            d310 = (cse_471 * d5)
-            d311 = (cse_471 * d6)
-            d312 = (cse_471 * d82)
-            d313 = (cse_471 * d83)
-            d314 = (cse_471 * d84)
-            d315 = (cse_471 * d85)
-            d316 = (cse_471 * d86)
-            d317 = (cse_471 * d87)
-            d318 = (cse_471 * d88)
-            d319 = (cse_471 * d89)
-            d320 = (cse_471 * d90)
-            d321 = (cse_471 * d91)
-            d322 = (cse_471 * d92)
-            d323 = (cse_471 * d93)
-            d324 = (cse_487 * d94)
-            d325 = (cse_487 * d95)
-            d326 = (cse_487 * d96)
-            d327 = (cse_488 * d97)
-            d328 = (cse_488 * d98)
-            d329 = (cse_488 * d99)
-            d330 = (cse_491 + cse_492 + (cse_493 * d100))
-            d331 = (cse_494 + cse_495 + (cse_493 * d101))
-            d332 = (cse_496 + cse_497 + (cse_493 * d102))
-            d333 = (cse_498 + cse_499 + (cse_493 * d103))
-            d334 = (cse_500 + cse_501 + (cse_493 * d104))
-            d335 = (cse_502 + cse_503 + (cse_493 * d105))
-            d336 = (cse_491 + cse_504 + (cse_493 * d106))
-            d337 = (cse_494 + cse_505 + (cse_493 * d107))
-            d338 = (cse_497 + cse_506 + (cse_493 * d108))
-            d339 = (cse_498 + cse_507 + (cse_493 * d109))
-            d340 = (cse_500 + cse_508 + (cse_493 * d110))
-            d341 = (cse_502 + cse_509 + (cse_493 * d111))
-            d342 = (cse_492 + cse_504 + (cse_493 * d112))
-            d343 = (cse_495 + cse_505 + (cse_493 * d113))
-            d344 = (cse_496 + cse_506 + (cse_493 * d114))
-            d345 = (cse_499 + cse_507 + (cse_493 * d115))
-            d346 = (cse_501 + cse_508 + (cse_493 * d116))
-            d347 = (cse_503 + cse_509 + (cse_493 * d117))
-            d348 = (cse_488 * d118)
-            d349 = (cse_488 * d119)
-            d350 = (cse_488 * d120)
-            d351 = (cse_488 * d121)
-            d352 = (cse_488 * d122)
-            d353 = (cse_488 * d123)
-            d354 = (cse_488 * d124)
-            d355 = (cse_488 * d125)
-            d356 = (cse_488 * d126)
-            d357 = (cse_488 * d127)
-            d358 = (cse_488 * d128)
-            d359 = (cse_488 * d129)
-            d360 = (cse_488 * d130)
-            d361 = (cse_488 * d131)
-            d362 = (cse_488 * d132)
-            d363 = (cse_488 * d133)
-            d364 = (cse_488 * d134)
-            d365 = (cse_488 * d135)
-            d366 = (cse_487 * d136)
-            d367 = (cse_487 * d137)
-            d368 = (cse_487 * d138)
-            d369 = (cse_487 * d139)
-            d370 = (cse_487 * d140)
-            d371 = (cse_487 * d141)
-            d372 = (cse_487 * d142)
-            d373 = (cse_487 * d143)
-            d374 = (cse_487 * d144)
-            d375 = (cse_487 * d145)
-            d376 = (cse_487 * d146)
-            d377 = (cse_487 * d147)
-            d378 = (cse_487 * d148)
-            d379 = (cse_487 * d149)
-            d380 = (cse_487 * d150)
-            d381 = (cse_487 * d151)
-            d382 = (cse_487 * d152)
-            d383 = (cse_487 * d153)
-            d384 = (cse_488 * d154)
-            d385 = (cse_488 * d155)
-            d386 = (cse_488 * d156)
-            d387 = (cse_488 * d157)
-            d388 = (cse_488 * d158)
-            d389 = (cse_488 * d159)
-            d390 = (cse_488 * d160)
-            d391 = (cse_488 * d161)
-            d392 = (cse_488 * d162)
-            d393 = (cse_488 * d163)
-            d394 = (cse_488 * d164)
-            d395 = (cse_488 * d165)
-            d396 = (cse_488 * d166)
-            d397 = (cse_488 * d167)
-            d398 = (cse_488 * d168)
-            d399 = (cse_488 * d169)
-            d400 = (cse_488 * d170)
-            d401 = (cse_488 * d171)
+            dcse_418 = _mc_sdiv(K1, (K5 * cse_32))
+            dcse_408 = (p_g * state_internal_dgamma)
+            dcse_447 = (cse_49 * dcse_408)
+            dcse_409 = (K1 + dcse_408)
+            dcse_473 = (K1 / (dcse_409 * dcse_409))
+            dcse_448 = (dcse_447 * dcse_473)
+            dcse_68 = (p_R * nx_1)
+            dcse_69 = (p_d * dcse_68)
+            dcse_455 = (K4 * dcse_69)
+            dcse_89 = (p_E * cse_14)
+            dcse_244 = (K4 * nx_0)
+            dcse_453 = (p_C * dcse_244)
+            dcse_456 = (dcse_453 + (K5 * dcse_89))
+            dcse_410 = (p_g * dcse_473)
+            dcse_411 = (K5 * dcse_410)
+            dcse_412 = (cse_17 * cse_8)
+            dcse_413 = (cse_18 * old_state_internal_X_3)
+            dcse_414 = (cse_20 * old_state_internal_X_4)
+            dcse_415 = (cse_22 * old_state_internal_X_5)
+            dcse_416 = (cse_25 * cse_28)
+            dcse_417 = (cse_29 * cse_31)
+            dcse_474 = ((dcse_411 * dcse_412) + (dcse_411 * dcse_413) + (dcse_411 * dcse_414) + (dcse_411 * dcse_415) + (dcse_411 * dcse_416) + (dcse_411 * dcse_417))
+            dcse_452 = (K1 - nx_1)
+            dcse_76 = (p_E * state_internal_dgamma)
+            dcse_454 = (cse_32 + dcse_76 - (state_internal_dgamma * (cse_16 + dcse_453)))
+            dcse_499 = tl.where((-dcse_454 + (K2 * (p_sigma_y + (p_R * dcse_452)))) > 0.0, 1.0, 0.0)
+            dcse_500 = (K1 - dcse_499)
+            dcse_501 = (K1 / ((p_E * dcse_499) + (dcse_455 * dcse_500) + (dcse_500 * (dcse_456 - dcse_448 - (dcse_418 * dcse_474)))))
+            dcse_64 = (K10 * dcse_501)
+            dcse_65 = (dcse_500 * dcse_64)
+            dcse_66 = (K3 * dcse_65)
+            dcse_419 = (cse_33 * dcse_408)
+            dcse_420 = (dcse_419 * dcse_473)
+            dcse_82 = tl.where(state_internal_dgamma == 0.0, K6, _mc_sdiv(K1, (cse_32 * cse_32)))
+            dcse_83 = (dcse_82 * tl.where(state_internal_dgamma == 0.0, K6, dcse_418))
+            dcse_84 = (cse_17 * state_internal_dgamma)
+            dcse_85 = (dcse_83 * dcse_84)
+            dcse_421 = (dcse_474 * dcse_85)
+            dcse_475 = (cse_34 - dcse_421 + (cse_8 * dcse_420))
+            dcse_67 = (dcse_475 * dcse_66)
+            dcse_92 = (dcse_83 * state_internal_dgamma)
+            dcse_93 = (cse_31 * dcse_92)
+            dcse_422 = (dcse_474 * dcse_93)
+            dcse_476 = (cse_36 - dcse_422 + (cse_29 * dcse_420))
+            dcse_70 = (dcse_476 * dcse_66)
+            dcse_97 = (cse_28 * dcse_92)
+            dcse_423 = (dcse_474 * dcse_97)
+            dcse_477 = (cse_38 - dcse_423 + (cse_25 * dcse_420))
+            dcse_71 = (dcse_477 * dcse_66)
+            dcse_101 = (cse_18 * dcse_92)
+            dcse_424 = (dcse_101 * dcse_474)
+            dcse_478 = (cse_40 - dcse_424 + (dcse_420 * old_state_internal_X_3))
+            dcse_72 = (dcse_478 * dcse_66)
+            dcse_116 = (cse_20 * dcse_92)
+            dcse_425 = (dcse_116 * dcse_474)
+            dcse_479 = (cse_42 - dcse_425 + (dcse_420 * old_state_internal_X_4))
+            dcse_73 = (dcse_479 * dcse_66)
+            dcse_128 = (cse_22 * dcse_92)
+            dcse_426 = (dcse_128 * dcse_474)
+            dcse_480 = (cse_44 - dcse_426 + (dcse_420 * old_state_internal_X_5))
+            dcse_74 = (dcse_480 * dcse_66)
+            dcse_75 = (K8 * cse_33)
+            dcse_77 = (cse_14 * dcse_76)
+            dcse_78 = (dcse_75 * dcse_77)
+            dcse_79 = (dcse_500 * dcse_501)
+            dcse_80 = (dcse_418 * dcse_79)
+            dcse_81 = (dcse_475 * dcse_80)
+            dcse_86 = (dcse_85 - dcse_81)
+            dcse_87 = (K4 * cse_33)
+            dcse_88 = (dcse_77 * dcse_87)
+            dcse_90 = (dcse_89 * (-(K7 * dcse_85) + (K7 * dcse_418 * dcse_475 * dcse_500 * dcse_501)))
+            dcse_91 = (dcse_476 * dcse_80)
+            dcse_94 = (dcse_93 - dcse_91)
+            dcse_95 = (dcse_89 * (-(K7 * dcse_93) + (K7 * dcse_418 * dcse_476 * dcse_500 * dcse_501)))
+            dcse_96 = (dcse_477 * dcse_80)
+            dcse_98 = (dcse_97 - dcse_96)
+            dcse_99 = (dcse_89 * (-(K7 * dcse_97) + (K7 * dcse_418 * dcse_477 * dcse_500 * dcse_501)))
+            dcse_100 = (dcse_478 * dcse_80)
+            dcse_102 = (dcse_101 - dcse_100)
+            dcse_427 = (K9 * dcse_89)
+            dcse_238 = (K8 * dcse_89)
+            dcse_428 = (cse_28 * dcse_238)
+            dcse_429 = (cse_31 * dcse_238)
+            dcse_430 = (dcse_428 + dcse_429 - (cse_17 * dcse_427))
+            dcse_103 = (dcse_102 * dcse_430)
+            dcse_431 = (cse_17 * dcse_238)
+            dcse_432 = (dcse_428 + dcse_431 - (cse_31 * dcse_427))
+            dcse_104 = (dcse_102 * dcse_432)
+            dcse_433 = (dcse_429 + dcse_431 - (cse_28 * dcse_427))
+            dcse_105 = (dcse_102 * dcse_433)
+            dcse_106 = (cse_15 * state_internal_dgamma)
+            dcse_107 = (cse_33 * dcse_106)
+            dcse_108 = (K7 * dcse_92)
+            dcse_109 = (-(cse_19 * dcse_108) + (K7 * cse_18 * dcse_100))
+            dcse_110 = (cse_14 * dcse_109)
+            dcse_111 = ((K7 * dcse_101) - (K7 * dcse_418 * dcse_478 * dcse_500 * dcse_501))
+            dcse_112 = (-dcse_111 * dcse_89)
+            dcse_113 = (cse_20 * dcse_112)
+            dcse_114 = (cse_22 * dcse_112)
+            dcse_115 = (dcse_479 * dcse_80)
+            dcse_117 = (dcse_116 - dcse_115)
+            dcse_118 = (dcse_117 * dcse_430)
+            dcse_119 = (dcse_117 * dcse_432)
+            dcse_120 = (dcse_117 * dcse_433)
+            dcse_121 = ((K7 * dcse_116) - (K7 * dcse_418 * dcse_479 * dcse_500 * dcse_501))
+            dcse_122 = (-dcse_121 * dcse_89)
+            dcse_123 = (cse_18 * dcse_122)
+            dcse_124 = (-(cse_21 * dcse_108) + (K7 * cse_20 * dcse_115))
+            dcse_125 = (cse_14 * dcse_124)
+            dcse_126 = (cse_22 * dcse_122)
+            dcse_127 = (dcse_480 * dcse_80)
+            dcse_129 = (dcse_128 - dcse_127)
+            dcse_130 = (dcse_129 * dcse_430)
+            dcse_131 = (dcse_129 * dcse_432)
+            dcse_132 = (dcse_129 * dcse_433)
+            dcse_133 = ((K7 * dcse_128) - (K7 * dcse_418 * dcse_480 * dcse_500 * dcse_501))
+            dcse_134 = (-dcse_133 * dcse_89)
+            dcse_135 = (cse_18 * dcse_134)
+            dcse_136 = (cse_20 * dcse_134)
+            dcse_137 = (-(cse_23 * dcse_108) + (K7 * cse_22 * dcse_127))
+            dcse_138 = (cse_14 * dcse_137)
+            dcse_139 = (-dcse_102)
+            dcse_140 = (dcse_111 * dcse_89)
+            dcse_141 = (-dcse_117)
+            dcse_142 = (dcse_121 * dcse_89)
+            dcse_143 = (-dcse_129)
+            dcse_144 = (dcse_133 * dcse_89)
+            dcse_145 = (nx_0 * state_internal_dgamma)
+            dcse_146 = (cse_33 * dcse_145)
+            dcse_147 = (K4 * dcse_146)
+            dcse_148 = (-dcse_147)
+            dcse_149 = (-dcse_86)
+            dcse_150 = (K3 * dcse_146)
+            dcse_151 = (-(K5 * dcse_81) + (K5 * dcse_85))
+            dcse_152 = (dcse_151 * nx_0)
+            dcse_153 = (-dcse_94)
+            dcse_154 = (-(K5 * dcse_91) + (K5 * dcse_93))
+            dcse_155 = (dcse_154 * nx_0)
+            dcse_156 = (-dcse_98)
+            dcse_157 = (-(K5 * dcse_96) + (K5 * dcse_97))
+            dcse_158 = (dcse_157 * nx_0)
+            dcse_159 = (K5 * dcse_100)
+            dcse_160 = (cse_18 * dcse_159)
+            dcse_161 = (-cse_33)
+            dcse_162 = (K5 * dcse_83)
+            dcse_163 = (dcse_161 + (cse_19 * dcse_162))
+            dcse_164 = (-dcse_159 + (K5 * dcse_101))
+            dcse_165 = (dcse_164 * nx_0)
+            dcse_166 = (K5 * dcse_115)
+            dcse_167 = (-dcse_166 + (K5 * dcse_116))
+            dcse_168 = (dcse_167 * nx_0)
+            dcse_169 = (cse_20 * dcse_166)
+            dcse_170 = (dcse_161 + (cse_21 * dcse_162))
+            dcse_171 = (K5 * dcse_127)
+            dcse_172 = (-dcse_171 + (K5 * dcse_128))
+            dcse_173 = (dcse_172 * nx_0)
+            dcse_174 = (cse_22 * dcse_171)
+            dcse_175 = (dcse_161 + (cse_23 * dcse_162))
+            dcse_438 = (K7 * cse_14)
+            dcse_208 = (K4 * dcse_79)
+            dcse_312 = (dcse_473 * state_internal_dgamma)
+            dcse_234 = (dcse_418 * dcse_66)
+            dcse_235 = (dcse_234 * dcse_430)
+            dcse_236 = (dcse_234 * dcse_432)
+            dcse_237 = (dcse_234 * dcse_433)
+            dcse_239 = (dcse_418 * dcse_65)
+            dcse_240 = (dcse_238 * dcse_239)
+            dcse_241 = (cse_18 * dcse_240)
+            dcse_242 = (cse_20 * dcse_240)
+            dcse_243 = (cse_22 * dcse_240)
+            dcse_245 = (dcse_239 * dcse_244)
+            dcse_449 = (cse_33 * dcse_448)
+            dcse_489 = ((nx_0 * ((cse_34 * cse_49) + (cse_8 * dcse_449) - (cse_49 * dcse_421))) - (cse_50 * dcse_410))
+            dcse_246 = (dcse_489 * dcse_66)
+            dcse_490 = ((nx_0 * ((cse_29 * dcse_449) + (cse_36 * cse_49) - (cse_49 * dcse_422))) - (cse_51 * dcse_410))
+            dcse_247 = (dcse_490 * dcse_66)
+            dcse_491 = ((nx_0 * ((cse_25 * dcse_449) + (cse_38 * cse_49) - (cse_49 * dcse_423))) - (cse_52 * dcse_410))
+            dcse_248 = (dcse_491 * dcse_66)
+            dcse_492 = ((nx_0 * ((cse_40 * cse_49) + (dcse_449 * old_state_internal_X_3) - (cse_49 * dcse_424))) - (cse_53 * dcse_410))
+            dcse_249 = (dcse_492 * dcse_66)
+            dcse_493 = ((nx_0 * ((cse_42 * cse_49) + (dcse_449 * old_state_internal_X_4) - (cse_49 * dcse_425))) - (cse_54 * dcse_410))
+            dcse_250 = (dcse_493 * dcse_66)
+            dcse_494 = ((nx_0 * ((cse_44 * cse_49) + (dcse_449 * old_state_internal_X_5) - (cse_49 * dcse_426))) - (cse_55 * dcse_410))
+            dcse_251 = (dcse_494 * dcse_66)
+            dcse_252 = (p_C * cse_33)
+            dcse_253 = (dcse_252 * dcse_77 * nx_0)
+            dcse_254 = (K11 * dcse_253)
+            dcse_255 = (dcse_489 * dcse_80)
+            dcse_256 = (cse_17 * dcse_83)
+            dcse_257 = (cse_49 * dcse_145)
+            dcse_258 = (-dcse_255 + (dcse_256 * dcse_257))
+            dcse_259 = (K12 * dcse_253)
+            dcse_260 = (K9 * dcse_83)
+            dcse_261 = (p_C * dcse_145)
+            dcse_262 = (dcse_260 * dcse_261)
+            dcse_263 = ((cse_17 * dcse_262) - (K7 * dcse_418 * dcse_489 * dcse_500 * dcse_501))
+            dcse_264 = (-dcse_263 * dcse_89)
+            dcse_265 = (dcse_490 * dcse_80)
+            dcse_266 = (dcse_257 * dcse_83)
+            dcse_267 = (-dcse_265 + (cse_31 * dcse_266))
+            dcse_268 = ((cse_31 * dcse_262) - (K7 * dcse_418 * dcse_490 * dcse_500 * dcse_501))
+            dcse_269 = (-dcse_268 * dcse_89)
+            dcse_270 = (dcse_491 * dcse_80)
+            dcse_271 = (-dcse_270 + (cse_28 * dcse_266))
+            dcse_272 = ((cse_28 * dcse_262) - (K7 * dcse_418 * dcse_491 * dcse_500 * dcse_501))
+            dcse_273 = (-dcse_272 * dcse_89)
+            dcse_274 = (dcse_492 * dcse_80)
+            dcse_275 = (cse_18 * dcse_83)
+            dcse_276 = (K4 * dcse_261)
+            dcse_277 = (-dcse_274 + (dcse_275 * dcse_276))
+            dcse_278 = (K7 * cse_18 * dcse_274)
+            dcse_279 = (-K8 * cse_33)
+            dcse_280 = (dcse_279 + (cse_19 * dcse_260))
+            dcse_281 = ((cse_18 * dcse_262) - (K7 * dcse_418 * dcse_492 * dcse_500 * dcse_501))
+            dcse_282 = (-dcse_281 * dcse_89)
+            dcse_283 = (dcse_493 * dcse_80)
+            dcse_284 = (dcse_276 * dcse_83)
+            dcse_285 = (-dcse_283 + (cse_20 * dcse_284))
+            dcse_286 = ((cse_20 * dcse_262) - (K7 * dcse_418 * dcse_493 * dcse_500 * dcse_501))
+            dcse_287 = (-dcse_286 * dcse_89)
+            dcse_288 = (K7 * cse_20 * dcse_283)
+            dcse_289 = (dcse_279 + (cse_21 * dcse_260))
+            dcse_290 = (dcse_494 * dcse_80)
+            dcse_291 = (-dcse_290 + (cse_22 * dcse_284))
+            dcse_292 = ((cse_22 * dcse_262) - (K7 * dcse_418 * dcse_494 * dcse_500 * dcse_501))
+            dcse_293 = (-dcse_292 * dcse_89)
+            dcse_294 = (K7 * cse_22 * dcse_290)
+            dcse_295 = (dcse_279 + (cse_23 * dcse_260))
+            dcse_296 = (-dcse_258)
+            dcse_297 = (dcse_263 * dcse_89)
+            dcse_298 = (-dcse_267)
+            dcse_299 = (dcse_268 * dcse_89)
+            dcse_300 = (-dcse_271)
+            dcse_301 = (dcse_272 * dcse_89)
+            dcse_302 = (-dcse_277)
+            dcse_303 = (dcse_281 * dcse_89)
+            dcse_304 = (-dcse_285)
+            dcse_305 = (dcse_286 * dcse_89)
+            dcse_306 = (-dcse_291)
+            dcse_307 = (dcse_292 * dcse_89)
+            dcse_495 = (-K1 + (K12 * p_C * dcse_146))
+            dcse_308 = (-dcse_495 * nx_0)
+            dcse_309 = (nx_0 * nx_0)
+            dcse_310 = (K13 * dcse_252 * dcse_309 * state_internal_dgamma)
+            dcse_311 = (K5 * nx_0)
+            dcse_313 = (K8 * p_C)
+            dcse_314 = (dcse_312 * dcse_313)
+            dcse_315 = ((dcse_256 * dcse_314) - (dcse_255 * dcse_311))
+            dcse_316 = (dcse_314 * dcse_83)
+            dcse_317 = ((cse_31 * dcse_316) - (dcse_265 * dcse_311))
+            dcse_318 = ((cse_28 * dcse_316) - (dcse_270 * dcse_311))
+            dcse_496 = (K1 - (p_C * dcse_147))
+            dcse_319 = (-dcse_496)
+            dcse_320 = (dcse_309 * dcse_313 * dcse_92)
+            dcse_321 = ((dcse_275 * dcse_314) - (dcse_274 * dcse_311))
+            dcse_322 = ((cse_20 * dcse_316) - (dcse_283 * dcse_311))
+            dcse_323 = ((cse_22 * dcse_316) - (dcse_290 * dcse_311))
+            dcse_497 = _mc_sdiv(K1, cse_56)
+            dcse_335 = (dcse_497 * dcse_66)
+            dcse_336 = (dcse_497 * dcse_80)
+            dcse_337 = (dcse_336 * dcse_430)
+            dcse_338 = (dcse_336 * dcse_432)
+            dcse_339 = (dcse_336 * dcse_433)
+            dcse_340 = (cse_18 * dcse_89)
+            dcse_341 = (K7 * dcse_336)
+            dcse_342 = (dcse_340 * dcse_341)
+            dcse_343 = (dcse_341 * dcse_89)
+            dcse_344 = (cse_20 * dcse_343)
+            dcse_345 = (cse_22 * dcse_343)
+            dcse_346 = (dcse_311 * dcse_336)
+            dcse_347 = (cse_475 * dcse_475)
+            dcse_348 = (dcse_347 * dcse_66)
+            dcse_349 = (cse_475 * dcse_70)
+            dcse_350 = (cse_475 * dcse_71)
+            dcse_351 = (cse_475 * dcse_72)
+            dcse_352 = (cse_475 * dcse_73)
+            dcse_353 = (cse_475 * dcse_74)
+            dcse_482 = (K1 - (p_E * dcse_107))
+            dcse_381 = (-cse_475 * dcse_482)
+            dcse_382 = (p_E * cse_475)
+            dcse_383 = (cse_475 * dcse_147)
+            dcse_384 = (cse_475 * dcse_86)
+            dcse_385 = (-cse_475 * dcse_150)
+            dcse_386 = (cse_475 * nx_0)
+            dcse_387 = (-dcse_151 * dcse_386)
+            dcse_388 = (cse_475 * dcse_94)
+            dcse_389 = (-dcse_154 * dcse_386)
+            dcse_390 = (cse_475 * dcse_98)
+            dcse_391 = (-dcse_157 * dcse_386)
+            dcse_392 = (cse_475 * dcse_102)
+            dcse_393 = (-dcse_164 * dcse_386)
+            dcse_394 = (cse_475 * dcse_117)
+            dcse_395 = (-dcse_167 * dcse_386)
+            dcse_396 = (cse_475 * dcse_129)
+            dcse_397 = (-dcse_172 * dcse_386)
+            dcse_434 = (K8 * nx_0)
+            dcse_435 = (cse_28 * dcse_244)
+            dcse_436 = (cse_31 * dcse_244)
+            dcse_437 = (cse_17 * dcse_244)
+            dcse_450 = (cse_475 + cse_482)
+            dcse_457 = (K7 * dcse_81)
+            dcse_458 = (dcse_438 * dcse_76)
+            dcse_459 = (dcse_256 * dcse_458)
+            dcse_460 = (dcse_457 * dcse_89)
+            dcse_461 = (K7 * dcse_91)
+            dcse_462 = (cse_31 * dcse_458)
+            dcse_463 = (dcse_461 * dcse_89)
+            dcse_464 = (dcse_462 * dcse_83)
+            dcse_465 = (K7 * dcse_96)
+            dcse_466 = (cse_28 * dcse_458)
+            dcse_467 = (dcse_465 * dcse_89)
+            dcse_468 = (dcse_466 * dcse_83)
+            dcse_472 = _mc_sdiv(state_internal_dgamma, (cse_56 * cse_56))
+            dcse_481 = (-K1 + dcse_78)
+            dcse_483 = (dcse_435 + dcse_436 - (cse_17 * dcse_434))
+            dcse_484 = (dcse_435 + dcse_437 - (cse_31 * dcse_434))
+            dcse_485 = (dcse_436 + dcse_437 - (cse_28 * dcse_434))
+            dcse_502 = (-dcse_481 - (dcse_430 * dcse_85) + (dcse_418 * dcse_430 * dcse_475 * dcse_500 * dcse_501))
+            dcse_503 = (dcse_88 + (dcse_432 * dcse_81) - (dcse_432 * dcse_85))
+            dcse_504 = (dcse_88 + (dcse_433 * dcse_81) - (dcse_433 * dcse_85))
+            dcse_505 = ((cse_18 * dcse_459) - (dcse_340 * dcse_457))
+            dcse_506 = ((cse_20 * dcse_459) - (cse_20 * dcse_460))
+            dcse_507 = ((cse_22 * dcse_459) - (cse_22 * dcse_460))
+            dcse_508 = (dcse_88 + (dcse_430 * dcse_91) - (dcse_430 * dcse_93))
+            dcse_509 = (-dcse_481 - (dcse_432 * dcse_93) + (dcse_418 * dcse_432 * dcse_476 * dcse_500 * dcse_501))
+            dcse_510 = (dcse_88 + (dcse_433 * dcse_91) - (dcse_433 * dcse_93))
+            dcse_511 = ((dcse_275 * dcse_462) - (dcse_340 * dcse_461))
+            dcse_512 = ((cse_20 * dcse_464) - (cse_20 * dcse_463))
+            dcse_513 = ((cse_22 * dcse_464) - (cse_22 * dcse_463))
+            dcse_514 = (dcse_88 + (dcse_430 * dcse_96) - (dcse_430 * dcse_97))
+            dcse_515 = (dcse_88 + (dcse_432 * dcse_96) - (dcse_432 * dcse_97))
+            dcse_516 = (-dcse_481 - (dcse_433 * dcse_97) + (dcse_418 * dcse_433 * dcse_477 * dcse_500 * dcse_501))
+            dcse_517 = ((dcse_275 * dcse_466) - (dcse_340 * dcse_465))
+            dcse_518 = ((cse_20 * dcse_468) - (cse_20 * dcse_467))
+            dcse_519 = ((cse_22 * dcse_468) - (cse_22 * dcse_467))
         if V & 8:  # total
-            cse_333 = (cse_15 * cse_258)
-            cse_334 = (cse_18 * cse_3)
-            cse_335 = (cse_20 * cse_4)
-            cse_336 = (cse_22 * cse_5)
-            cse_337 = (cse_27 * cse_28)
-            cse_338 = (cse_30 * cse_31)
-            cse_339 = (cse_11 * cse_17)
-            cse_340 = ((cse_124 * cse_334) + (cse_124 * cse_335) + (cse_124 * cse_336) + (cse_124 * cse_337) + (cse_124 * cse_338) + (cse_124 * cse_339))
-            cse_341 = (cse_110 * cse_340)
-            cse_343 = (cse_134 * cse_340)
-            cse_345 = (cse_148 * cse_340)
-            cse_347 = (cse_162 * cse_340)
-            cse_349 = (cse_177 * cse_340)
-            cse_351 = (cse_190 * cse_340)
-            cse_353 = (cse_14 * cse_14)
-            cse_354 = (cse_353 * cse_99)
-            cse_355 = (K6 * cse_354)
-            cse_356 = (cse_33 * cse_355)
-            cse_357 = (K13 * p_E * cse_353)
-            cse_358 = (-(cse_334 * cse_357) - (cse_335 * cse_357) - (cse_336 * cse_357) - (cse_337 * cse_357) - (cse_338 * cse_357) - (cse_339 * cse_357))
-            cse_359 = (cse_110 * cse_358)
-            cse_361 = (cse_134 * cse_358)
-            cse_363 = (cse_148 * cse_358)
-            cse_365 = (cse_162 * cse_358)
-            cse_367 = (cse_177 * cse_358)
-            cse_369 = (cse_190 * cse_358)
-            cse_383 = (cse_59 * (state_internal_dgamma * state_internal_dgamma))
-            cse_384 = (cse_33 * cse_383)
-            cse_385 = (cse_384 * cse_8)
-            cse_387 = (K5 * cse_386)
-            cse_388 = ((cse_387 * cse_65) + (cse_387 * cse_66) + (cse_387 * cse_67) + (cse_387 * cse_68) + (cse_387 * cse_69) + (cse_387 * cse_70))
-            cse_389 = (cse_110 * cse_388)
-            cse_391 = (cse_29 * cse_384)
-            cse_392 = (cse_134 * cse_388)
-            cse_394 = (cse_25 * cse_384)
-            cse_395 = (cse_148 * cse_388)
-            cse_397 = (cse_384 * old_state_internal_X_3)
-            cse_398 = (cse_162 * cse_388)
-            cse_400 = (cse_384 * old_state_internal_X_4)
-            cse_401 = (cse_177 * cse_388)
-            cse_403 = (cse_384 * old_state_internal_X_5)
-            cse_404 = (cse_190 * cse_388)
-            cse_468 = (p_C * cse_101 * cse_258)
-            cse_469 = (K8 * cse_33 * cse_354)
-            cse_470 = (p_C * cse_469)
-            cse_510 = (cse_478 * cse_481)
-            cse_511 = (cse_474 * cse_510)
-            cse_512 = (p_E * (cse_474 * cse_474))
-            cse_513 = (cse_475 * cse_478)
-            cse_514 = ((cse_480 * cse_513) - (cse_510 * cse_512) + (cse_12 * cse_513 * (cse_480 * cse_480)))
-            # linear solve 3: 1x1, 7 right-hand side(s), unrolled over structural nonzeros
-            ls3_1 = ((p_E * cse_516) + (cse_517 * (-(cse_49 * cse_60) - (cse_71 * cse_72) + (K5 * p_E * cse_14) + (K4 * p_C * nx_0))) + (K4 * cse_517 * cse_519))
-            ls3_2 = (K1 / ls3_1)
-            ls3_3 = (-(cse_516 * state_internal_dgamma) - (cse_517 * ((cse_15 * state_internal_dgamma) - (cse_340 * cse_72))))
-            ls3_4 = (-cse_517 * (-cse_355 - (cse_358 * cse_72)))
-            ls3_5 = (-cse_520)
-            ls3_6 = (-cse_257 * cse_517 * state_internal_dgamma)
-            ls3_7 = (-cse_517 * (-(cse_383 * cse_49) - (cse_388 * cse_72)))
-            ls3_8 = (-cse_515 * cse_520)
-            ls3_9 = (-cse_518 * cse_520 * state_internal_ep)
-            ls3_10 = (ls3_3 * ls3_2)
-            ls3_11 = (ls3_4 * ls3_2)
-            ls3_12 = (ls3_5 * ls3_2)
-            ls3_13 = (ls3_6 * ls3_2)
-            ls3_14 = (ls3_7 * ls3_2)
-            ls3_15 = (ls3_8 * ls3_2)
-            ls3_16 = (ls3_9 * ls3_2)
-            d402 = ls3_10
-            d403 = ls3_11
-            d404 = ls3_12
-            d405 = ls3_13
-            d406 = ls3_14
-            d407 = ls3_15
-            d408 = ls3_16
-            d409 = (-cse_341 + (cse_11 * cse_333) + (cse_77 * d402))
-            d410 = (-cse_343 + (cse_30 * cse_333) + (cse_81 * d402))
-            d411 = (-cse_345 + (cse_27 * cse_333) + (cse_85 * d402))
-            d412 = (-cse_347 + (cse_3 * cse_333) + (cse_89 * d402))
-            d413 = (-cse_349 + (cse_333 * cse_4) + (cse_93 * d402))
-            d414 = (-cse_351 + (cse_333 * cse_5) + (cse_97 * d402))
-            d415 = (-cse_359 + (cse_77 * d403) - (cse_11 * cse_356))
-            d416 = (-cse_361 + (cse_81 * d403) - (cse_30 * cse_356))
-            d417 = (-cse_363 + (cse_85 * d403) - (cse_27 * cse_356))
-            d418 = (-cse_365 + (cse_89 * d403) - (cse_3 * cse_356))
-            d419 = (-cse_367 + (cse_93 * d403) - (cse_356 * cse_4))
-            d420 = (-cse_369 + (cse_97 * d403) - (cse_356 * cse_5))
-            d421 = (cse_77 * d404)
-            d422 = (cse_81 * d404)
-            d423 = (cse_85 * d404)
-            d424 = (cse_89 * d404)
-            d425 = (cse_93 * d404)
-            d426 = (cse_97 * d404)
-            d427 = (cse_77 * d405)
-            d428 = (cse_81 * d405)
-            d429 = (cse_85 * d405)
-            d430 = (cse_89 * d405)
-            d431 = (cse_93 * d405)
-            d432 = (cse_97 * d405)
-            d433 = (cse_385 - cse_389 + (cse_77 * d406))
-            d434 = (cse_391 - cse_392 + (cse_81 * d406))
-            d435 = (cse_394 - cse_395 + (cse_85 * d406))
-            d436 = (cse_397 - cse_398 + (cse_89 * d406))
-            d437 = (cse_400 - cse_401 + (cse_93 * d406))
-            d438 = (cse_403 - cse_404 + (cse_97 * d406))
-            d439 = (cse_77 * d407)
-            d440 = (cse_81 * d407)
-            d441 = (cse_85 * d407)
-            d442 = (cse_89 * d407)
-            d443 = (cse_93 * d407)
-            d444 = (cse_97 * d407)
-            d445 = (cse_77 * d408)
-            d446 = (cse_81 * d408)
-            d447 = (cse_85 * d408)
-            d448 = (cse_89 * d408)
-            d449 = (cse_93 * d408)
-            d450 = (cse_97 * d408)
-            d451 = (K2 * d402)
-            d452 = (K2 * d403)
-            d453 = (K2 * d404)
-            d454 = (K2 * d405)
-            d455 = (K2 * d406)
-            d456 = (K2 * d407)
-            d457 = (K2 * d408)
-            d458 = ((cse_418 * d402) + (nx_0 * (-(cse_341 * cse_49) + (K7 * p_C * cse_11 * cse_14 * cse_33 * state_internal_dgamma))))
-            d459 = ((cse_419 * d402) + (nx_0 * (-(cse_343 * cse_49) + (K7 * p_C * cse_14 * cse_30 * cse_33 * state_internal_dgamma))))
-            d460 = ((cse_420 * d402) + (nx_0 * (-(cse_345 * cse_49) + (K7 * p_C * cse_14 * cse_27 * cse_33 * state_internal_dgamma))))
-            d461 = ((cse_421 * d402) + (nx_0 * ((cse_3 * cse_468) - (cse_347 * cse_49))))
-            d462 = ((cse_422 * d402) + (nx_0 * ((cse_4 * cse_468) - (cse_349 * cse_49))))
-            d463 = ((cse_423 * d402) + (nx_0 * ((cse_468 * cse_5) - (cse_351 * cse_49))))
-            d464 = ((cse_418 * d403) + (nx_0 * (-(cse_359 * cse_49) - (p_C * cse_11 * cse_469))))
-            d465 = ((cse_419 * d403) + (nx_0 * (-(cse_30 * cse_470) - (cse_361 * cse_49))))
-            d466 = ((cse_420 * d403) + (nx_0 * (-(cse_27 * cse_470) - (cse_363 * cse_49))))
-            d467 = ((cse_421 * d403) + (nx_0 * (-(cse_3 * cse_470) - (cse_365 * cse_49))))
-            d468 = ((cse_422 * d403) + (nx_0 * (-(cse_367 * cse_49) - (cse_4 * cse_470))))
-            d469 = ((cse_423 * d403) + (nx_0 * (-(cse_369 * cse_49) - (cse_470 * cse_5))))
-            d470 = (cse_418 * d404)
-            d471 = (cse_419 * d404)
-            d472 = (cse_420 * d404)
-            d473 = (cse_421 * d404)
-            d474 = (cse_422 * d404)
-            d475 = (cse_423 * d404)
-            d476 = ((cse_257 * cse_35) + (cse_418 * d405))
-            d477 = ((cse_257 * cse_37) + (cse_419 * d405))
-            d478 = ((cse_257 * cse_39) + (cse_420 * d405))
-            d479 = ((cse_257 * cse_41) + (cse_421 * d405))
-            d480 = ((cse_257 * cse_43) + (cse_422 * d405))
-            d481 = ((cse_257 * cse_45) + (cse_423 * d405))
-            d482 = ((cse_418 * d406) + (nx_0 * ((cse_385 * cse_49) - (cse_389 * cse_49))) - (cse_386 * cse_50))
-            d483 = ((cse_419 * d406) + (nx_0 * ((cse_391 * cse_49) - (cse_392 * cse_49))) - (cse_386 * cse_51))
-            d484 = ((cse_420 * d406) + (nx_0 * ((cse_394 * cse_49) - (cse_395 * cse_49))) - (cse_386 * cse_52))
-            d485 = ((cse_421 * d406) + (nx_0 * ((cse_397 * cse_49) - (cse_398 * cse_49))) - (cse_386 * cse_53))
-            d486 = ((cse_422 * d406) + (nx_0 * ((cse_400 * cse_49) - (cse_401 * cse_49))) - (cse_386 * cse_54))
-            d487 = ((cse_423 * d406) + (nx_0 * ((cse_403 * cse_49) - (cse_404 * cse_49))) - (cse_386 * cse_55))
-            d488 = (cse_418 * d407)
-            d489 = (cse_419 * d407)
-            d490 = (cse_420 * d407)
-            d491 = (cse_421 * d407)
-            d492 = (cse_422 * d407)
-            d493 = (cse_423 * d407)
-            d494 = (cse_418 * d408)
-            d495 = (cse_419 * d408)
-            d496 = (cse_420 * d408)
-            d497 = (cse_421 * d408)
-            d498 = (cse_422 * d408)
-            d499 = (cse_423 * d408)
-            d500 = (cse_471 * d402)
-            d501 = (cse_471 * d403)
-            d502 = (cse_471 * d404)
-            d503 = (cse_471 * d405)
-            d504 = (cse_471 * d406)
-            d505 = (cse_471 * d407)
-            d506 = (cse_471 * d408)
-            d507 = (cse_511 + (cse_472 * cse_474) + (cse_487 * d409))
-            d508 = (cse_511 + (cse_474 * cse_476) + (cse_487 * d410))
-            d509 = (cse_511 + (cse_474 * cse_477) + (cse_487 * d411))
-            d510 = ((cse_474 * cse_484) + (cse_488 * d412))
-            d511 = ((cse_474 * cse_485) + (cse_488 * d413))
-            d512 = ((cse_474 * cse_486) + (cse_488 * d414))
-            d513 = (cse_514 + (cse_487 * d415) - (cse_472 * cse_512))
-            d514 = (cse_514 + (cse_487 * d416) - (cse_476 * cse_512))
-            d515 = (cse_514 + (cse_487 * d417) - (cse_477 * cse_512))
-            d516 = ((cse_488 * d418) - (cse_484 * cse_512))
-            d517 = ((cse_488 * d419) - (cse_485 * cse_512))
-            d518 = ((cse_488 * d420) - (cse_486 * cse_512))
-            d519 = (cse_487 * d421)
-            d520 = (cse_487 * d422)
-            d521 = (cse_487 * d423)
-            d522 = (cse_488 * d424)
-            d523 = (cse_488 * d425)
-            d524 = (cse_488 * d426)
-            d525 = (cse_487 * d427)
-            d526 = (cse_487 * d428)
-            d527 = (cse_487 * d429)
-            d528 = (cse_488 * d430)
-            d529 = (cse_488 * d431)
-            d530 = (cse_488 * d432)
-            d531 = (cse_487 * d433)
-            d532 = (cse_487 * d434)
-            d533 = (cse_487 * d435)
-            d534 = (cse_488 * d436)
-            d535 = (cse_488 * d437)
-            d536 = (cse_488 * d438)
-            d537 = (cse_487 * d439)
-            d538 = (cse_487 * d440)
-            d539 = (cse_487 * d441)
-            d540 = (cse_488 * d442)
-            d541 = (cse_488 * d443)
-            d542 = (cse_488 * d444)
-            d543 = (cse_487 * d445)
-            d544 = (cse_487 * d446)
-            d545 = (cse_487 * d447)
-            d546 = (cse_488 * d448)
-            d547 = (cse_488 * d449)
-            d548 = (cse_488 * d450)
+            dcse_176 = (dcse_499 * state_internal_dgamma)
+            dcse_439 = (cse_11 * cse_17)
+            dcse_440 = (cse_18 * cse_3)
+            dcse_441 = (cse_20 * cse_4)
+            dcse_442 = (cse_22 * cse_5)
+            dcse_443 = (cse_27 * cse_28)
+            dcse_444 = (cse_30 * cse_31)
+            dcse_486 = ((dcse_438 * dcse_439) + (dcse_438 * dcse_440) + (dcse_438 * dcse_441) + (dcse_438 * dcse_442) + (dcse_438 * dcse_443) + (dcse_438 * dcse_444))
+            dcse_177 = (dcse_106 - (dcse_418 * dcse_486))
+            dcse_178 = (dcse_501 * (-dcse_176 - (dcse_177 * dcse_500)))
+            dcse_179 = (cse_15 * cse_33)
+            dcse_180 = (dcse_486 * dcse_83)
+            dcse_181 = (cse_17 * dcse_180)
+            dcse_182 = (-dcse_181 + (cse_11 * dcse_179))
+            dcse_183 = (cse_31 * dcse_180)
+            dcse_184 = (-dcse_183 + (cse_30 * dcse_179))
+            dcse_185 = (cse_28 * dcse_180)
+            dcse_186 = (-dcse_185 + (cse_27 * dcse_179))
+            dcse_187 = (cse_18 * dcse_180)
+            dcse_188 = (-dcse_187 + (cse_3 * dcse_179))
+            dcse_189 = (cse_20 * dcse_180)
+            dcse_190 = (-dcse_189 + (cse_4 * dcse_179))
+            dcse_191 = (cse_22 * dcse_180)
+            dcse_192 = (-dcse_191 + (cse_5 * dcse_179))
+            dcse_194 = (cse_14 * cse_14)
+            dcse_198 = (p_E * dcse_194)
+            dcse_445 = (K14 * dcse_198)
+            dcse_487 = (-(dcse_439 * dcse_445) - (dcse_440 * dcse_445) - (dcse_441 * dcse_445) - (dcse_442 * dcse_445) - (dcse_443 * dcse_445) - (dcse_444 * dcse_445))
+            dcse_193 = (dcse_418 * dcse_487)
+            dcse_195 = (dcse_194 * dcse_76)
+            dcse_196 = (dcse_193 + (K7 * dcse_195))
+            dcse_197 = (dcse_196 * dcse_79)
+            dcse_199 = (cse_33 * dcse_198)
+            dcse_200 = (K7 * dcse_199)
+            dcse_201 = (dcse_487 * dcse_83)
+            dcse_202 = (cse_17 * dcse_201)
+            dcse_203 = (cse_31 * dcse_201)
+            dcse_204 = (cse_28 * dcse_201)
+            dcse_205 = (cse_18 * dcse_201)
+            dcse_206 = (cse_20 * dcse_201)
+            dcse_207 = (cse_22 * dcse_201)
+            dcse_209 = (dcse_145 * dcse_208)
+            dcse_210 = (dcse_209 * dcse_476)
+            dcse_211 = (dcse_209 * dcse_477)
+            dcse_212 = (dcse_209 * dcse_478)
+            dcse_213 = (dcse_209 * dcse_479)
+            dcse_214 = (dcse_209 * dcse_480)
+            dcse_215 = (state_internal_dgamma * state_internal_dgamma)
+            dcse_216 = (dcse_215 * dcse_473)
+            dcse_217 = (cse_33 * dcse_216)
+            dcse_446 = (K5 * dcse_312)
+            dcse_488 = ((dcse_412 * dcse_446) + (dcse_413 * dcse_446) + (dcse_414 * dcse_446) + (dcse_415 * dcse_446) + (dcse_416 * dcse_446) + (dcse_417 * dcse_446))
+            dcse_218 = (dcse_418 * dcse_488)
+            dcse_219 = (cse_49 * dcse_216)
+            dcse_220 = (dcse_218 + dcse_219)
+            dcse_221 = (dcse_220 * dcse_79)
+            dcse_222 = (dcse_488 * dcse_85)
+            dcse_223 = ((cse_29 * dcse_217) - (dcse_488 * dcse_93))
+            dcse_224 = ((cse_25 * dcse_217) - (dcse_488 * dcse_97))
+            dcse_225 = (dcse_101 * dcse_488)
+            dcse_226 = (dcse_116 * dcse_488)
+            dcse_227 = (dcse_128 * dcse_488)
+            dcse_228 = (dcse_452 * dcse_70)
+            dcse_229 = (dcse_452 * dcse_71)
+            dcse_230 = (dcse_452 * dcse_72)
+            dcse_231 = (dcse_452 * dcse_73)
+            dcse_232 = (dcse_452 * dcse_74)
+            dcse_233 = (dcse_68 * state_internal_ep)
+            dcse_324 = (p_C * cse_11)
+            dcse_325 = (cse_14 * dcse_75)
+            dcse_326 = (p_C * dcse_325)
+            dcse_327 = (K9 * dcse_199)
+            dcse_328 = (p_C * dcse_327)
+            dcse_329 = (dcse_208 * state_internal_dgamma)
+            dcse_330 = (dcse_222 - (cse_33 * cse_8 * dcse_215 * dcse_473))
+            dcse_331 = (cse_49 * nx_0)
+            dcse_332 = (dcse_225 - (cse_33 * dcse_215 * dcse_473 * old_state_internal_X_3))
+            dcse_333 = (dcse_226 - (cse_33 * dcse_215 * dcse_473 * old_state_internal_X_4))
+            dcse_334 = (dcse_227 - (cse_33 * dcse_215 * dcse_473 * old_state_internal_X_5))
+            dcse_398 = (cse_478 * cse_481)
+            dcse_399 = (dcse_501 * (dcse_176 + (dcse_177 * dcse_500)))
+            dcse_400 = (cse_475 * state_internal_dgamma)
+            dcse_401 = (cse_475 * dcse_399)
+            dcse_402 = (-dcse_196 * dcse_79)
+            dcse_403 = (cse_474 * cse_474)
+            dcse_404 = (K7 * cse_33 * dcse_194 * dcse_400)
+            dcse_405 = (cse_475 * dcse_402)
+            dcse_406 = (-dcse_220 * dcse_79)
+            dcse_407 = (cse_475 * dcse_406)
+            dcse_451 = (cse_475 * cse_478)
+            dcse_498 = ((cse_480 * dcse_451) + (cse_12 * dcse_451 * (cse_480 * cse_480)) - (p_E * dcse_398 * dcse_403))
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
             _row15 = _mc_row32(
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d94, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d100, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d101, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d102, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d103, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d104, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d105, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d136, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d137, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d138, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d139, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d140, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d141, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d7, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d11, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d15, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d17, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d95, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d106, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d107, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d108, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d109, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d110, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d111, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d142, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d143, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d144, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d145, K0), BLOCK)
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_67 * dcse_69), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_502, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_503, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_504, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_505, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_506, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_507, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_148 + (dcse_149 * dcse_483)), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_150 + (dcse_149 * dcse_484)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_150 + (dcse_149 * dcse_485)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_152), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_152), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_152), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_78 + (dcse_430 * dcse_86)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_88 + (dcse_432 * dcse_86)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_88 + (dcse_433 * dcse_86)), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_90), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_90), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_90), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_69 * dcse_70), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_508, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_509, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_510, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_511, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_512, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_513, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_150 + (dcse_153 * dcse_483)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_148 + (dcse_153 * dcse_484)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_150 + (dcse_153 * dcse_485)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_155), K0), BLOCK)
             _k16 = tl.arange(0, 32)[None, :]
             tl.store(J + row[:, None] * j_stride + _k16 + (_k16 // 21) * (7 * (V // 8)), _row15, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row17 = _mc_row32(
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d146, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d147, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d19, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d21, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d23, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d25, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d27, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d29, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d96, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d112, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d113, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d114, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d115, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d116, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d117, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d148, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d149, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d150, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d151, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d152, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d153, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d31, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d33, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d35, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d37, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d39, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d41, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d97, K0), BLOCK)
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_155), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_155), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_88 + (dcse_430 * dcse_94)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_78 + (dcse_432 * dcse_94)), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_88 + (dcse_433 * dcse_94)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_95), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_95), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_95), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_69 * dcse_71), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_514, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_515, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_516, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_517, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_518, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_519, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_150 + (dcse_156 * dcse_483)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_150 + (dcse_156 * dcse_484)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_148 + (dcse_156 * dcse_485)), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_158), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_158), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_158), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_88 + (dcse_430 * dcse_98)), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_88 + (dcse_432 * dcse_98)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_78 + (dcse_433 * dcse_98)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_99), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_99), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_99), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_69 * dcse_72), K0), BLOCK)
             _k18 = tl.arange(0, 32)[None, :] + 32
             tl.store(J + row[:, None] * j_stride + _k18 + (_k18 // 21) * (7 * (V // 8)), _row17, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row19 = _mc_row32(
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d118, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d119, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d120, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d121, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d122, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d123, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d154, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d155, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d156, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d157, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d158, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d159, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d43, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d45, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d47, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d49, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d51, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d53, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d98, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d124, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d125, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d126, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d127, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d128, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d129, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d160, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d161, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d162, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d163, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d164, K0), BLOCK)
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_139 * dcse_430), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_139 * dcse_432), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_139 * dcse_433), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_482 - (dcse_109 * dcse_89)), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_140), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_140), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_139 * dcse_483), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_139 * dcse_484), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_139 * dcse_485), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (nx_0 * (-dcse_160 + (dcse_163 * state_internal_dgamma))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_165), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_165), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_103, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_104, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_105, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (p_E * (dcse_107 + dcse_110)), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_113, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_114, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_69 * dcse_73), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_141 * dcse_430), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_141 * dcse_432), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_141 * dcse_433), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_142), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_482 - (dcse_124 * dcse_89)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_142), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_141 * dcse_483), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_141 * dcse_484), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_141 * dcse_485), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_168), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (nx_0 * (-dcse_169 + (dcse_170 * state_internal_dgamma))), K0), BLOCK)
             _k20 = tl.arange(0, 32)[None, :] + 64
             tl.store(J + row[:, None] * j_stride + _k20 + (_k20 // 21) * (7 * (V // 8)), _row19, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row21 = _mc_row32(
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d165, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d55, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d57, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d59, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d61, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d63, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d65, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d99, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d130, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d131, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d132, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d133, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d134, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d135, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d166, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d167, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d168, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d169, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d170, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d171, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d67, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d69, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d71, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d73, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d75, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d77, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d172, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d179, K0), BLOCK)
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_168), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_118, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_119, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_120, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_123, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (p_E * (dcse_107 + dcse_125)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_126, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_69 * dcse_74), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_143 * dcse_430), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_143 * dcse_432), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_143 * dcse_433), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_144), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_144), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_482 - (dcse_137 * dcse_89)), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_143 * dcse_483), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_143 * dcse_484), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_143 * dcse_485), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_173), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_173), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (nx_0 * (-dcse_174 + (dcse_175 * state_internal_dgamma))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_130, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_131, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_132, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_135, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_136, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (p_E * (dcse_107 + dcse_138)), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (K1 - (dcse_208 * dcse_69)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_235, K0), BLOCK)
             _k22 = tl.arange(0, 32)[None, :] + 96
             tl.store(J + row[:, None] * j_stride + _k22 + (_k22 // 21) * (7 * (V // 8)), _row21, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row23 = _mc_row32(
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d180, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d181, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d182, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d183, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d184, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d185, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d186, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d187, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d188, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d189, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d190, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d173, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d174, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d175, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d176, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d177, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d178, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d191, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d233, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d234, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d235, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d236, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d237, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d238, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d269, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d270, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d271, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d272, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d273, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d274, K0), BLOCK)
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_236, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_237, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_241), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_242), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_243), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_234 * dcse_483), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_234 * dcse_484), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_234 * dcse_485), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (-cse_18 * dcse_245), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-cse_20 * dcse_245), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-cse_22 * dcse_245), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_235), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_236), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_237), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_241, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_242, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_243, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_246 * dcse_69), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_254 + (dcse_296 * dcse_430)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_259 + (dcse_296 * dcse_432)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_259 + (dcse_296 * dcse_433)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_297), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_297), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_297), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_308 + (dcse_296 * dcse_483)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_310 + (dcse_296 * dcse_484)), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_310 + (dcse_296 * dcse_485)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_315), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_315), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_315), K0), BLOCK)
             _k24 = tl.arange(0, 32)[None, :] + 128
             tl.store(J + row[:, None] * j_stride + _k24 + (_k24 // 21) * (7 * (V // 8)), _row23, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row25 = _mc_row32(
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d197, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d198, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d199, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d200, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d201, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d202, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d192, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d239, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d240, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d241, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d242, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d243, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d244, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d275, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d276, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d277, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d278, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d279, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d280, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d203, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d204, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d205, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d206, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d207, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d208, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d193, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d245, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d246, K0), BLOCK)
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_254 + (dcse_258 * dcse_430)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_259 + (dcse_258 * dcse_432)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_259 + (dcse_258 * dcse_433)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_264), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_264), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_264), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_247 * dcse_69), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_259 + (dcse_298 * dcse_430)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_254 + (dcse_298 * dcse_432)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_259 + (dcse_298 * dcse_433)), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_299), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_299), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_299), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_310 + (dcse_298 * dcse_483)), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_308 + (dcse_298 * dcse_484)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_310 + (dcse_298 * dcse_485)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_317), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_317), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_317), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_259 + (dcse_267 * dcse_430)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_254 + (dcse_267 * dcse_432)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_259 + (dcse_267 * dcse_433)), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_269), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_269), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_269), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_248 * dcse_69), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_259 + (dcse_300 * dcse_430)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_259 + (dcse_300 * dcse_432)), K0), BLOCK)
             _k26 = tl.arange(0, 32)[None, :] + 160
             tl.store(J + row[:, None] * j_stride + _k26 + (_k26 // 21) * (7 * (V // 8)), _row25, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row27 = _mc_row32(
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d247, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d248, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d249, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d250, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d281, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d282, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d283, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d284, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d285, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d286, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d209, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d210, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d211, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d212, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d213, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d214, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d194, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d251, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d252, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d253, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d254, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d255, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d256, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d287, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d288, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d289, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d290, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d291, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d292, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d215, K0), BLOCK)
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_254 + (dcse_300 * dcse_433)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_301), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_301), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_301), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_310 + (dcse_300 * dcse_483)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_310 + (dcse_300 * dcse_484)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_308 + (dcse_300 * dcse_485)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_318), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_318), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_318), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_259 + (dcse_271 * dcse_430)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_259 + (dcse_271 * dcse_432)), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_254 + (dcse_271 * dcse_433)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_273), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_273), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_273), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_249 * dcse_69), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_302 * dcse_430), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_302 * dcse_432), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_302 * dcse_433), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_89 * (-dcse_278 + (dcse_261 * dcse_280))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_303), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_303), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_302 * dcse_483), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_302 * dcse_484), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_302 * dcse_485), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_19 * dcse_320) + (nx_0 * (-dcse_319 - (K5 * cse_18 * dcse_274)))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_321), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_321), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_277 * dcse_430), K0), BLOCK)
             _k28 = tl.arange(0, 32)[None, :] + 192
             tl.store(J + row[:, None] * j_stride + _k28 + (_k28 // 21) * (7 * (V // 8)), _row27, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row29 = _mc_row32(
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d216, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d217, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d218, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d219, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d220, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d195, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d257, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d258, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d259, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d260, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d261, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d262, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d293, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d294, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d295, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d296, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d297, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d298, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d221, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d222, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d223, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d224, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d225, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d226, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d196, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d263, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d264, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d265, K0), BLOCK)
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_277 * dcse_432), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_277 * dcse_433), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_89 * (dcse_278 - (dcse_261 * dcse_280))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_282), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_282), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_250 * dcse_69), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_304 * dcse_430), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_304 * dcse_432), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_304 * dcse_433), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_305), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_89 * (-dcse_288 + (dcse_261 * dcse_289))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_305), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_304 * dcse_483), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_304 * dcse_484), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_304 * dcse_485), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_322), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_21 * dcse_320) + (nx_0 * (-dcse_319 - (K5 * cse_20 * dcse_283)))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_322), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_285 * dcse_430), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_285 * dcse_432), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_285 * dcse_433), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_287), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_89 * (dcse_288 - (dcse_261 * dcse_289))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_287), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_251 * dcse_69), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_306 * dcse_430), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_306 * dcse_432), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_306 * dcse_433), K0), BLOCK)
             _k30 = tl.arange(0, 32)[None, :] + 224
             tl.store(J + row[:, None] * j_stride + _k30 + (_k30 // 21) * (7 * (V // 8)), _row29, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row31 = _mc_row32(
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d266, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d267, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d268, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d299, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d300, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d301, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d302, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d303, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d304, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d227, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d228, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d229, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d230, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d231, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d232, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d305, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d312, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d313, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d314, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d315, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d316, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d317, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d318, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d319, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d320, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d321, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d322, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d323, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d306, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d307, K0), BLOCK)
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_307), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_307), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_89 * (-dcse_294 + (dcse_261 * dcse_295))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_306 * dcse_483), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_306 * dcse_484), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_306 * dcse_485), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_323), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_323), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_23 * dcse_320) + (nx_0 * (-dcse_319 - (K5 * cse_22 * dcse_290)))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_291 * dcse_430), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_291 * dcse_432), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_291 * dcse_433), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_293), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_293), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_89 * (dcse_294 - (dcse_261 * dcse_295))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_335 * dcse_69), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_337, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_338, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_339, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_342), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_344), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_345), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_336 * dcse_483), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_336 * dcse_484), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_336 * dcse_485), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-cse_18 * dcse_346), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (-cse_20 * dcse_346), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-cse_22 * dcse_346), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_337), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_338), K0), BLOCK)
             _k32 = tl.arange(0, 32)[None, :] + 256
             tl.store(J + row[:, None] * j_stride + _k32 + (_k32 // 21) * (7 * (V // 8)), _row31, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row33 = _mc_row32(
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d308, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d309, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d310, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d311, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d80, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d79, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d324, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d330, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d331, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d332, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d333, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d334, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d335, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d366, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d367, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d368, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d369, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d370, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d371, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d8, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d10, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d12, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d14, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d16, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d18, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d325, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d336, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d337, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d338, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d339, K0), BLOCK)
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_339), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_342, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_344, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_345, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_472), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_472, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_348 * dcse_69), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_482 * (-dcse_508 - dcse_514)) - (dcse_450 * dcse_502)), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_482 * (-dcse_509 - dcse_515)) - (dcse_450 * dcse_503)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_482 * (-dcse_510 - dcse_516)) - (dcse_450 * dcse_504)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_482 * (-dcse_511 - dcse_517)) - (dcse_450 * dcse_505)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_482 * (-dcse_512 - dcse_518)) - (dcse_450 * dcse_506)), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_482 * (-dcse_513 - dcse_519)) - (dcse_450 * dcse_507)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_383 + (dcse_384 * dcse_483)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_385 + (dcse_384 * dcse_484)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_385 + (dcse_384 * dcse_485)), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_387), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_387), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_387), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_595 + (dcse_536 * dcse_579)), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_596 + (dcse_536 * dcse_580)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_596 + (dcse_536 * dcse_581)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_540), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_540), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_540), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_349 * dcse_69), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_482 * (-dcse_502 - dcse_514)) - (dcse_450 * dcse_508)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_482 * (-dcse_503 - dcse_515)) - (dcse_450 * dcse_509)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_482 * (-dcse_504 - dcse_516)) - (dcse_450 * dcse_510)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_482 * (-dcse_505 - dcse_517)) - (dcse_450 * dcse_511)), K0), BLOCK)
             _k34 = tl.arange(0, 32)[None, :] + 288
             tl.store(J + row[:, None] * j_stride + _k34 + (_k34 // 21) * (7 * (V // 8)), _row33, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row35 = _mc_row32(
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d340, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d341, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d372, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d373, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d374, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d375, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d376, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d377, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d20, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d22, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d24, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d26, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d28, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d30, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d326, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d342, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d343, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d344, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d345, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d346, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d347, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d378, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d379, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d380, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d381, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d382, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d383, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d32, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d34, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d36, K0), BLOCK)
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_482 * (-dcse_506 - dcse_518)) - (dcse_450 * dcse_512)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_482 * (-dcse_507 - dcse_519)) - (dcse_450 * dcse_513)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_385 + (dcse_388 * dcse_483)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_383 + (dcse_388 * dcse_484)), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_385 + (dcse_388 * dcse_485)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_389), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_389), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_389), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_596 + (dcse_542 * dcse_579)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_595 + (dcse_542 * dcse_580)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_596 + (dcse_542 * dcse_581)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_543), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_543), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_543), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_350 * dcse_69), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_482 * (-dcse_502 - dcse_508)) - (dcse_450 * dcse_514)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_482 * (-dcse_503 - dcse_509)) - (dcse_450 * dcse_515)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_482 * (-dcse_504 - dcse_510)) - (dcse_450 * dcse_516)), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_482 * (-dcse_505 - dcse_511)) - (dcse_450 * dcse_517)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_482 * (-dcse_506 - dcse_512)) - (dcse_450 * dcse_518)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_482 * (-dcse_507 - dcse_513)) - (dcse_450 * dcse_519)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_385 + (dcse_390 * dcse_483)), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_385 + (dcse_390 * dcse_484)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_383 + (dcse_390 * dcse_485)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_391), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_391), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_391), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_596 + (dcse_545 * dcse_579)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_596 + (dcse_545 * dcse_580)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_595 + (dcse_545 * dcse_581)), K0), BLOCK)
             _k36 = tl.arange(0, 32)[None, :] + 320
             tl.store(J + row[:, None] * j_stride + _k36 + (_k36 // 21) * (7 * (V // 8)), _row35, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row37 = _mc_row32(
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d38, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d40, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d42, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d327, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d348, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d349, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d350, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d351, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d352, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d353, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d384, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d385, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d386, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d387, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d388, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d389, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d44, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d46, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d48, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d50, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d52, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d54, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d328, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d354, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d355, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d356, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d357, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d358, K0), BLOCK)
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_546), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_546), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_546), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_351 * dcse_69), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_103), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_104), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_105), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_381 + (dcse_110 * dcse_382)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_113), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_114), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_392 * dcse_483), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_392 * dcse_484), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_392 * dcse_485), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_386 * (dcse_160 - (dcse_163 * state_internal_dgamma))), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_393), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_393), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_548 * dcse_579), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_548 * dcse_580), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_548 * dcse_581), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 + (p_E * (dcse_549 + (dcse_538 * (-(cse_18 * dcse_550) + (K7 * cse_19 * dcse_578 * dcse_582 * state_internal_dgamma)))))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_551), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_551), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_352 * dcse_69), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_118), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_119), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_120), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_123), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_381 + (dcse_125 * dcse_382)), K0), BLOCK)
             _k38 = tl.arange(0, 32)[None, :] + 352
             tl.store(J + row[:, None] * j_stride + _k38 + (_k38 // 21) * (7 * (V // 8)), _row37, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row39 = _mc_row32(
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d359, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d390, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d391, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d392, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d393, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d394, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d395, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d56, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d58, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d60, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d62, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d64, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d66, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d329, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d360, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d361, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d362, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d363, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d364, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d365, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d396, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d397, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d398, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d399, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d400, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d401, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d68, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d70, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d72, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d74, K0), BLOCK)
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_126), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_394 * dcse_483), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_394 * dcse_484), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_394 * dcse_485), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_395), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_386 * (dcse_169 - (dcse_170 * state_internal_dgamma))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_395), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_553 * dcse_579), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_553 * dcse_580), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_553 * dcse_581), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_555), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 + (p_E * (dcse_549 + (dcse_538 * (-(cse_20 * dcse_554) + (K7 * cse_21 * dcse_578 * dcse_582 * state_internal_dgamma)))))), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_22 * dcse_555), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_353 * dcse_69), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_130), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_131), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_132), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_135), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_136), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_381 + (dcse_138 * dcse_382)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_396 * dcse_483), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_396 * dcse_484), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_396 * dcse_485), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_397), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_397), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_386 * (dcse_174 - (dcse_175 * state_internal_dgamma))), K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_557 * dcse_579), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_557 * dcse_580), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_557 * dcse_581), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_18 * dcse_559), K0), BLOCK)
             _k40 = tl.arange(0, 32)[None, :] + 384
             tl.store(J + row[:, None] * j_stride + _k40 + (_k40 // 21) * (7 * (V // 8)), _row39, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _k41 = tl.arange(0, 4)[None, :] + 416
-            tl.store(J + row[:, None] * j_stride + _k41 + (_k41 // 21) * (7 * (V // 8)), _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d76, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d78, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K9, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + _k41 + (_k41 // 21) * (7 * (V // 8)), _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_20 * dcse_559), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 + (p_E * (dcse_549 + (dcse_538 * (-(cse_22 * dcse_558) + (K7 * cse_23 * dcse_578 * dcse_582 * state_internal_dgamma)))))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K6, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             if V & 8:
                 _row42 = _mc_row32(
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d409, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d415, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d421, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d427, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d433, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d439, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d445, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d410, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d416, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d422, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d428, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d434, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d440, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d446, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d411, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d417, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d423, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d429, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d435, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d441, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d447, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d412, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d418, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d424, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d430, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d436, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d442, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d448, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d413, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d419, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d425, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d431, K0), BLOCK)
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_178 * dcse_475) + (dcse_182 * state_internal_dgamma)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_197 * dcse_475) + (state_internal_dgamma * (-dcse_202 - (cse_11 * dcse_200)))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_67), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_209 * dcse_475), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_222 + (cse_8 * dcse_217) + (dcse_221 * dcse_475)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_452 * dcse_67), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_233 * dcse_67), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_178 * dcse_476) + (dcse_184 * state_internal_dgamma)), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_197 * dcse_476) + (state_internal_dgamma * (-dcse_203 - (cse_30 * dcse_200)))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_70), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_210), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_223 + (dcse_221 * dcse_476)), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_228), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_233 * dcse_70), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_178 * dcse_477) + (dcse_186 * state_internal_dgamma)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_197 * dcse_477) + (state_internal_dgamma * (-dcse_204 - (cse_27 * dcse_200)))), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_71), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_211), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_224 + (dcse_221 * dcse_477)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_229), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_233 * dcse_71), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_178 * dcse_478) + (dcse_188 * state_internal_dgamma)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_197 * dcse_478) + (state_internal_dgamma * (-dcse_205 - (cse_3 * dcse_200)))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_72), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_212), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_225 + (dcse_217 * old_state_internal_X_3) + (dcse_221 * dcse_478)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_230), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_233 * dcse_72), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_178 * dcse_479) + (dcse_190 * state_internal_dgamma)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_197 * dcse_479) + (state_internal_dgamma * (-dcse_206 - (cse_4 * dcse_200)))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_73), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_213), K0), BLOCK)
                 _k43 = tl.arange(0, 32)[None, :]
                 tl.store(J + row[:, None] * j_stride + (_k43 // 7) * 28 + 21 + _k43 % 7, _row42, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
                 _row44 = _mc_row32(
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d437, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d443, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d449, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d414, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d420, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d426, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d432, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d438, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d444, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d450, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d451, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d452, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d453, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d454, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d455, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d456, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d457, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d458, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d464, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d470, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d476, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d482, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d488, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d494, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d459, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d465, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d471, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d477, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d483, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d489, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d495, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d460, K0), BLOCK)
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_226 + (dcse_217 * old_state_internal_X_4) + (dcse_221 * dcse_479)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_231), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_233 * dcse_73), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_178 * dcse_480) + (dcse_192 * state_internal_dgamma)), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_197 * dcse_480) + (state_internal_dgamma * (-dcse_207 - (cse_5 * dcse_200)))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_74), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_214), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_227 + (dcse_217 * old_state_internal_X_5) + (dcse_221 * dcse_480)), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_232), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_233 * dcse_74), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_64 * (-(K3 * dcse_176) + (dcse_500 * (-(K3 * dcse_106) + (K3 * dcse_418 * dcse_486))))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_65 * ((K3 * dcse_193) + (K8 * dcse_195))), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_208), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-K13 * dcse_145 * dcse_65), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_65 * ((K3 * dcse_218) + (K3 * dcse_219))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_208 * dcse_452), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_208 * dcse_233), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_145 * ((dcse_324 * dcse_325) - (cse_49 * dcse_181))) + (dcse_178 * dcse_489)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_145 * (-(cse_49 * dcse_202) - (dcse_324 * dcse_327))) + (dcse_197 * dcse_489)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_246), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (nx_0 * ((K4 * cse_35) - (dcse_329 * dcse_489))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_221 * dcse_489) - (cse_50 * dcse_312) - (dcse_330 * dcse_331)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_246 * dcse_452), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_233 * dcse_246), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_145 * ((cse_30 * dcse_326) - (cse_49 * dcse_183))) + (dcse_178 * dcse_490)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_145 * (-(cse_30 * dcse_328) - (cse_49 * dcse_203))) + (dcse_197 * dcse_490)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_247), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (nx_0 * ((K4 * cse_37) - (dcse_329 * dcse_490))), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_221 * dcse_490) + (dcse_223 * dcse_331) - (cse_51 * dcse_312)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_247 * dcse_452), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_233 * dcse_247), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_145 * ((cse_27 * dcse_326) - (cse_49 * dcse_185))) + (dcse_178 * dcse_491)), K0), BLOCK)
                 _k45 = tl.arange(0, 32)[None, :] + 32
                 tl.store(J + row[:, None] * j_stride + (_k45 // 7) * 28 + 21 + _k45 % 7, _row44, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
                 _row46 = _mc_row32(
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d466, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d472, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d478, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d484, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d490, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d496, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d461, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d467, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d473, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d479, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d485, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d491, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d497, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d462, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d468, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d474, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d480, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d486, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d492, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d498, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d463, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d469, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d475, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d481, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d487, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d493, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d499, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d500, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d501, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d502, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d503, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d504, K0), BLOCK)
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_145 * (-(cse_27 * dcse_328) - (cse_49 * dcse_204))) + (dcse_197 * dcse_491)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_248), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (nx_0 * ((K4 * cse_39) - (dcse_329 * dcse_491))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_221 * dcse_491) + (dcse_224 * dcse_331) - (cse_52 * dcse_312)), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_248 * dcse_452), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_233 * dcse_248), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_145 * ((cse_3 * dcse_326) - (cse_49 * dcse_187))) + (dcse_178 * dcse_492)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_145 * (-(cse_3 * dcse_328) - (cse_49 * dcse_205))) + (dcse_197 * dcse_492)), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_249), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (nx_0 * ((K4 * cse_41) - (dcse_329 * dcse_492))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_221 * dcse_492) - (cse_53 * dcse_312) - (dcse_331 * dcse_332)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_249 * dcse_452), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_233 * dcse_249), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_145 * ((cse_4 * dcse_326) - (cse_49 * dcse_189))) + (dcse_178 * dcse_493)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_145 * (-(cse_4 * dcse_328) - (cse_49 * dcse_206))) + (dcse_197 * dcse_493)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_250), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (nx_0 * ((K4 * cse_43) - (dcse_329 * dcse_493))), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_221 * dcse_493) - (cse_54 * dcse_312) - (dcse_331 * dcse_333)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_250 * dcse_452), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_233 * dcse_250), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_145 * ((cse_5 * dcse_326) - (cse_49 * dcse_191))) + (dcse_178 * dcse_494)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_145 * (-(cse_49 * dcse_207) - (cse_5 * dcse_328))) + (dcse_197 * dcse_494)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_251), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (nx_0 * ((K4 * cse_45) - (dcse_329 * dcse_494))), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_221 * dcse_494) - (cse_55 * dcse_312) - (dcse_331 * dcse_334)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_251 * dcse_452), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_233 * dcse_251), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_178 * dcse_497), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_197 * dcse_497), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_335), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_209 * dcse_497), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_221 * dcse_497), K0), BLOCK)
                 _k47 = tl.arange(0, 32)[None, :] + 64
                 tl.store(J + row[:, None] * j_stride + (_k47 // 7) * 28 + 21 + _k47 % 7, _row46, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
                 _row48 = _mc_row32(
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d505, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d506, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d507, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d513, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d519, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d525, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d531, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d537, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d543, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d508, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d514, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d520, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d526, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d532, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d538, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d544, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d509, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d515, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d521, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d527, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d533, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d539, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d545, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d510, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d516, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d522, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d528, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d534, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d540, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d546, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d511, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d517, K0), BLOCK)
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_335 * dcse_452), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (-dcse_233 * dcse_335), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_474 * (cse_472 + dcse_398)) + (dcse_347 * dcse_399) - (dcse_182 * dcse_400)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_498 + (p_E * ((cse_11 * dcse_404) - (cse_472 * dcse_403))) + (dcse_202 * dcse_400) + (dcse_347 * dcse_402)), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_348, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_209 * dcse_347), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_475 * dcse_330) + (dcse_347 * dcse_406)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_348 * dcse_452), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_233 * dcse_348), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_474 * (cse_476 + dcse_398)) + (dcse_401 * dcse_476) - (dcse_184 * dcse_400)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_498 + (p_E * ((cse_30 * dcse_404) - (cse_476 * dcse_403))) + (dcse_203 * dcse_400) + (dcse_405 * dcse_476)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_349, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_210), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_407 * dcse_476) - (cse_475 * dcse_223)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_228), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_233 * dcse_349), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_474 * (cse_477 + dcse_398)) + (dcse_401 * dcse_477) - (dcse_186 * dcse_400)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_498 + (p_E * ((cse_27 * dcse_404) - (cse_477 * dcse_403))) + (dcse_204 * dcse_400) + (dcse_405 * dcse_477)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_350, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_211), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), ((dcse_407 * dcse_477) - (cse_475 * dcse_224)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_229), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_233 * dcse_350), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_474 * cse_484) + (dcse_401 * dcse_478) - (dcse_188 * dcse_400)), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), ((p_E * ((cse_3 * dcse_404) - (cse_484 * dcse_403))) + (dcse_205 * dcse_400) + (dcse_405 * dcse_478)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_351, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_212), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_475 * dcse_332) + (dcse_407 * dcse_478)), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_230), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_233 * dcse_351), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_474 * cse_485) + (dcse_401 * dcse_479) - (dcse_190 * dcse_400)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((p_E * ((cse_4 * dcse_404) - (cse_485 * dcse_403))) + (dcse_206 * dcse_400) + (dcse_405 * dcse_479)), K0), BLOCK)
                 _k49 = tl.arange(0, 32)[None, :] + 96
                 tl.store(J + row[:, None] * j_stride + (_k49 // 7) * 28 + 21 + _k49 % 7, _row48, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
                 _zero50 = tl.zeros([BLOCK], dtype=DTYPE)
                 _row51 = _mc_row16(
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d523, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d529, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d535, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d541, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d547, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d512, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d518, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d524, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d530, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d536, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d542, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d548, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_352, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_213), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_475 * dcse_333) + (dcse_407 * dcse_479)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_231), K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_233 * dcse_352), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_474 * cse_486) + (dcse_401 * dcse_480) - (dcse_192 * dcse_400)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((p_E * ((cse_5 * dcse_404) - (cse_486 * dcse_403))) + (dcse_207 * dcse_400) + (dcse_405 * dcse_480)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), dcse_353, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_214), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), ((cse_475 * dcse_334) + (dcse_407 * dcse_480)), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (cse_475 * dcse_232), K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), (dcse_233 * dcse_353), K0),
                     _zero50, _zero50, _zero50, _zero50, BLOCK)
                 _k52 = tl.arange(0, 16)[None, :] + 128
                 tl.store(J + row[:, None] * j_stride + (_k52 // 7) * 28 + 21 + _k52 % 7, _row51, mask=mask[:, None] & (tl.arange(0, 16)[None, :] < 12))
@@ -3362,1067 +2749,1017 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         o_y[18 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? state_S_4 : MC_NAN;
         const real state_S_5 = (cse_475 * cse_486);
         o_y[19 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? state_S_5 : MC_NAN;
-        const real cse_58 = (p_g * state_internal_dgamma);
-        const real cse_529 = (((real)1.0) + cse_58);
-        const real cse_59 = (((real)1.0) / (cse_529 * cse_529));
-        const real cse_60 = (cse_58 * cse_59);
-        const real cse_61 = (cse_33 * cse_60);
-        const real cse_62 = (cse_61 * cse_8);
-        const real cse_63 = (p_g * cse_59);
-        const real cse_64 = (((real)2.0) * cse_63);
-        const real cse_65 = (cse_18 * old_state_internal_X_3);
-        const real cse_66 = (cse_20 * old_state_internal_X_4);
-        const real cse_67 = (cse_22 * old_state_internal_X_5);
-        const real cse_68 = (cse_25 * cse_28);
-        const real cse_69 = (cse_29 * cse_31);
-        const real cse_70 = (cse_17 * cse_8);
-        const real cse_71 = ((cse_64 * cse_65) + (cse_64 * cse_66) + (cse_64 * cse_67) + (cse_64 * cse_68) + (cse_64 * cse_69) + (cse_64 * cse_70));
-        const real cse_72 = mc_sdiv(((real)1.0), (((real)2.0) * cse_32));
-        const real cse_73 = ((state_internal_dgamma == 0 ? ((real)0.0) : cse_72) * (state_internal_dgamma == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (cse_32 * cse_32))));
-        const real cse_74 = (cse_73 * state_internal_dgamma);
-        const real cse_75 = (cse_71 * cse_74);
-        const real cse_76 = (cse_17 * cse_75);
-        const real cse_77 = (cse_34 + cse_62 - cse_76);
-        const real cse_79 = (cse_29 * cse_61);
-        const real cse_80 = (cse_31 * cse_75);
-        const real cse_81 = (cse_36 + cse_79 - cse_80);
-        const real cse_83 = (cse_25 * cse_61);
-        const real cse_84 = (cse_28 * cse_75);
-        const real cse_85 = (cse_38 + cse_83 - cse_84);
-        const real cse_87 = (cse_61 * old_state_internal_X_3);
-        const real cse_88 = (cse_18 * cse_75);
-        const real cse_89 = (cse_40 + cse_87 - cse_88);
-        const real cse_91 = (cse_61 * old_state_internal_X_4);
-        const real cse_92 = (cse_20 * cse_75);
-        const real cse_93 = (cse_42 + cse_91 - cse_92);
-        const real cse_95 = (cse_61 * old_state_internal_X_5);
-        const real cse_96 = (cse_22 * cse_75);
-        const real cse_97 = (cse_44 + cse_95 - cse_96);
-        const real cse_99 = (p_E * state_internal_dgamma);
-        const real cse_100 = (cse_33 * cse_99);
-        const real cse_101 = (((real)1.3333333333333333) * cse_14);
-        const real cse_102 = (cse_100 * cse_101);
-        const real cse_103 = (p_E * cse_14);
-        const real cse_104 = (((real)1.3333333333333333) * cse_28);
-        const real cse_105 = (cse_103 * cse_104);
-        const real cse_106 = (((real)1.3333333333333333) * cse_103);
-        const real cse_107 = (cse_106 * cse_31);
-        const real cse_108 = (cse_105 + cse_107 - (((real)2.6666666666666665) * p_E * cse_14 * cse_17));
-        const real cse_109 = (-cse_108);
-        const real cse_110 = (cse_17 * cse_74);
-        const real cse_111 = (cse_109 * cse_110);
-        const real cse_113 = (cse_100 * cse_14);
-        const real cse_114 = (((real)0.6666666666666666) * cse_113);
-        const real cse_115 = (cse_106 * cse_17);
-        const real cse_116 = (cse_105 + cse_115 - (((real)2.6666666666666665) * p_E * cse_14 * cse_31));
-        const real cse_117 = (-cse_116);
-        const real cse_118 = (cse_110 * cse_117);
-        const real cse_120 = (cse_107 + cse_115 - (((real)2.6666666666666665) * p_E * cse_14 * cse_28));
-        const real cse_121 = (-cse_120);
-        const real cse_122 = (cse_110 * cse_121);
-        const real cse_124 = (((real)4.0) * cse_14);
-        const real cse_125 = (cse_73 * cse_99);
-        const real cse_126 = (cse_124 * cse_125);
-        const real cse_127 = (cse_126 * cse_17);
-        const real cse_128 = (cse_127 * cse_18);
-        const real cse_130 = (cse_127 * cse_20);
-        const real cse_132 = (cse_127 * cse_22);
-        const real cse_134 = (cse_31 * cse_74);
-        const real cse_135 = (cse_109 * cse_134);
-        const real cse_137 = (cse_117 * cse_134);
-        const real cse_139 = (cse_121 * cse_134);
-        const real cse_141 = (cse_126 * cse_31);
-        const real cse_142 = (cse_141 * cse_18);
-        const real cse_144 = (cse_141 * cse_20);
-        const real cse_146 = (cse_141 * cse_22);
-        const real cse_148 = (cse_28 * cse_74);
-        const real cse_149 = (cse_109 * cse_148);
-        const real cse_151 = (cse_117 * cse_148);
-        const real cse_153 = (cse_121 * cse_148);
-        const real cse_155 = (cse_126 * cse_28);
-        const real cse_156 = (cse_155 * cse_18);
-        const real cse_158 = (cse_155 * cse_20);
-        const real cse_160 = (cse_155 * cse_22);
-        const real cse_162 = (cse_18 * cse_74);
-        const real cse_163 = (cse_109 * cse_162);
-        const real cse_165 = (cse_117 * cse_162);
-        const real cse_167 = (cse_121 * cse_162);
-        const real cse_169 = (cse_100 * cse_15);
-        const real cse_170 = (cse_126 * cse_19);
-        const real cse_172 = (cse_126 * cse_18);
-        const real cse_173 = (cse_172 * cse_20);
-        const real cse_175 = (cse_172 * cse_22);
-        const real cse_177 = (cse_20 * cse_74);
-        const real cse_178 = (cse_109 * cse_177);
-        const real cse_180 = (cse_117 * cse_177);
-        const real cse_182 = (cse_121 * cse_177);
-        const real cse_185 = (cse_126 * cse_21);
-        const real cse_187 = (cse_20 * cse_22);
-        const real cse_188 = (cse_126 * cse_187);
-        const real cse_190 = (cse_22 * cse_74);
-        const real cse_191 = (cse_109 * cse_190);
-        const real cse_193 = (cse_117 * cse_190);
-        const real cse_195 = (cse_121 * cse_190);
-        const real cse_199 = (cse_126 * cse_23);
-        const real cse_257 = (((real)0.6666666666666666) * nx_0);
-        const real cse_443 = (p_C * cse_257);
-        const real cse_487 = (-cse_475);
-        const real cse_488 = (-cse_475);
-        const real cse_489 = (cse_475 + cse_482);
-        const real cse_515 = (((real)1.0) - nx_1);
-        const real cse_516 = ((-cse_32 - cse_99 + (state_internal_dgamma * (cse_16 + cse_443)) + (((real)0.816496580927726) * (p_sigma_y + (p_R * cse_515)))) > 0 ? 1 : 0);
-        const real cse_517 = (((real)1.0) - cse_516);
-        const real cse_518 = (p_R * nx_1);
-        const real cse_519 = (p_d * cse_518);
-        const real cse_521 = (cse_517 * cse_72);
-        const real cse_522 = (cse_18 * cse_521);
-        const real cse_523 = (((real)4.0) * cse_103);
-        const real cse_524 = (cse_522 * cse_523);
-        const real cse_525 = (cse_521 * cse_523);
-        const real cse_526 = (cse_20 * cse_525);
-        const real cse_527 = (cse_22 * cse_525);
-        const real ls1_1 = ((p_E * cse_516) + (cse_517 * (-(cse_49 * cse_60) - (cse_71 * cse_72) + (((real)2.0) * p_E * cse_14) + (((real)0.6666666666666666) * p_C * nx_0))) + (((real)0.6666666666666666) * cse_517 * cse_519));
-        const real ls1_2 = (((real)1.0) / ls1_1);
-        const real ls1_3 = (cse_109 * cse_521);
-        const real ls1_4 = (cse_117 * cse_521);
-        const real ls1_5 = (cse_121 * cse_521);
-        const real ls1_6 = (ls1_3 * ls1_2);
-        const real ls1_7 = (ls1_4 * ls1_2);
-        const real ls1_8 = (ls1_5 * ls1_2);
-        const real ls1_9 = (cse_524 * ls1_2);
-        const real ls1_10 = (cse_526 * ls1_2);
-        const real ls1_11 = (cse_527 * ls1_2);
-        const real d1 = ls1_6;
-        const real d2 = ls1_7;
-        const real d3 = ls1_8;
-        const real d4 = ls1_9;
-        const real d5 = ls1_10;
-        const real d6 = ls1_11;
-        const real d7 = (cse_102 - cse_111 + (cse_77 * d1));
-        if (V & 14) if (V & 12) o_j[49 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d7 : MC_NAN;
-        const real d8 = (-cse_114 - cse_118 + (cse_77 * d2));
-        if (V & 14) if (V & 12) o_j[50 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d8 : MC_NAN;
-        const real d9 = (-cse_114 - cse_122 + (cse_77 * d3));
-        if (V & 14) if (V & 12) o_j[51 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d9 : MC_NAN;
-        const real d10 = (-cse_128 + (cse_77 * d4));
-        if (V & 14) if (V & 12) o_j[52 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d10 : MC_NAN;
-        const real d11 = (-cse_130 + (cse_77 * d5));
-        if (V & 14) if (V & 12) o_j[53 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d11 : MC_NAN;
-        const real d12 = (-cse_132 + (cse_77 * d6));
-        if (V & 14) if (V & 12) o_j[54 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d12 : MC_NAN;
-        const real d13 = (-cse_114 - cse_135 + (cse_81 * d1));
-        if (V & 14) if (V & 12) o_j[68 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d13 : MC_NAN;
-        const real d14 = (cse_102 - cse_137 + (cse_81 * d2));
-        if (V & 14) if (V & 12) o_j[69 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d14 : MC_NAN;
-        const real d15 = (-cse_114 - cse_139 + (cse_81 * d3));
-        if (V & 14) if (V & 12) o_j[70 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d15 : MC_NAN;
-        const real d16 = (-cse_142 + (cse_81 * d4));
-        if (V & 14) if (V & 12) o_j[71 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d16 : MC_NAN;
-        const real d17 = (-cse_144 + (cse_81 * d5));
-        if (V & 14) if (V & 12) o_j[72 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d17 : MC_NAN;
-        const real d18 = (-cse_146 + (cse_81 * d6));
-        if (V & 14) if (V & 12) o_j[73 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d18 : MC_NAN;
-        const real d19 = (-cse_114 - cse_149 + (cse_85 * d1));
-        if (V & 14) if (V & 12) o_j[87 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d19 : MC_NAN;
-        const real d20 = (-cse_114 - cse_151 + (cse_85 * d2));
-        if (V & 14) if (V & 12) o_j[88 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d20 : MC_NAN;
-        const real d21 = (cse_102 - cse_153 + (cse_85 * d3));
-        if (V & 14) if (V & 12) o_j[89 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d21 : MC_NAN;
-        const real d22 = (-cse_156 + (cse_85 * d4));
-        if (V & 14) if (V & 12) o_j[90 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d22 : MC_NAN;
-        const real d23 = (-cse_158 + (cse_85 * d5));
-        if (V & 14) if (V & 12) o_j[91 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d23 : MC_NAN;
-        const real d24 = (-cse_160 + (cse_85 * d6));
-        if (V & 14) if (V & 12) o_j[92 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d24 : MC_NAN;
-        const real d25 = (-cse_163 + (cse_89 * d1));
-        if (V & 14) if (V & 12) o_j[106 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d25 : MC_NAN;
-        const real d26 = (-cse_165 + (cse_89 * d2));
-        if (V & 14) if (V & 12) o_j[107 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d26 : MC_NAN;
-        const real d27 = (-cse_167 + (cse_89 * d3));
-        if (V & 14) if (V & 12) o_j[108 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d27 : MC_NAN;
-        const real d28 = (cse_169 - cse_170 + (cse_89 * d4));
-        if (V & 14) if (V & 12) o_j[109 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d28 : MC_NAN;
-        const real d29 = (-cse_173 + (cse_89 * d5));
-        if (V & 14) if (V & 12) o_j[110 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d29 : MC_NAN;
-        const real d30 = (-cse_175 + (cse_89 * d6));
-        if (V & 14) if (V & 12) o_j[111 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d30 : MC_NAN;
-        const real d31 = (-cse_178 + (cse_93 * d1));
-        if (V & 14) if (V & 12) o_j[125 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d31 : MC_NAN;
-        const real d32 = (-cse_180 + (cse_93 * d2));
-        if (V & 14) if (V & 12) o_j[126 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d32 : MC_NAN;
-        const real d33 = (-cse_182 + (cse_93 * d3));
-        if (V & 14) if (V & 12) o_j[127 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d33 : MC_NAN;
-        const real d34 = (-cse_173 + (cse_93 * d4));
-        if (V & 14) if (V & 12) o_j[128 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d34 : MC_NAN;
-        const real d35 = (cse_169 - cse_185 + (cse_93 * d5));
-        if (V & 14) if (V & 12) o_j[129 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d35 : MC_NAN;
-        const real d36 = (-cse_188 + (cse_93 * d6));
-        if (V & 14) if (V & 12) o_j[130 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d36 : MC_NAN;
-        const real d37 = (-cse_191 + (cse_97 * d1));
-        if (V & 14) if (V & 12) o_j[144 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d37 : MC_NAN;
-        const real d38 = (-cse_193 + (cse_97 * d2));
-        if (V & 14) if (V & 12) o_j[145 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d38 : MC_NAN;
-        const real d39 = (-cse_195 + (cse_97 * d3));
-        if (V & 14) if (V & 12) o_j[146 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d39 : MC_NAN;
-        const real d40 = (-cse_175 + (cse_97 * d4));
-        if (V & 14) if (V & 12) o_j[147 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d40 : MC_NAN;
-        const real d41 = (-cse_188 + (cse_97 * d5));
-        if (V & 14) if (V & 12) o_j[148 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d41 : MC_NAN;
-        const real d42 = (cse_169 - cse_199 + (cse_97 * d6));
-        if (V & 14) if (V & 12) o_j[149 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d42 : MC_NAN;
-        if (V & 14) o_j[0 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_489 + (cse_487 * d7)) : MC_NAN;
-        if (V & 14) o_j[1 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_482 + (cse_487 * d8)) : MC_NAN;
-        if (V & 14) o_j[2 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_482 + (cse_487 * d9)) : MC_NAN;
-        if (V & 14) o_j[3 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d10) : MC_NAN;
-        if (V & 14) o_j[4 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d11) : MC_NAN;
-        if (V & 14) o_j[5 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d12) : MC_NAN;
-        if (V & 14) o_j[6 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_482 + (cse_487 * d13)) : MC_NAN;
-        if (V & 14) o_j[7 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_489 + (cse_487 * d14)) : MC_NAN;
-        if (V & 14) o_j[8 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_482 + (cse_487 * d15)) : MC_NAN;
-        if (V & 14) o_j[9 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d16) : MC_NAN;
-        if (V & 14) o_j[10 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d17) : MC_NAN;
-        if (V & 14) o_j[11 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d18) : MC_NAN;
-        if (V & 14) o_j[12 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_482 + (cse_487 * d19)) : MC_NAN;
-        if (V & 14) o_j[13 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_482 + (cse_487 * d20)) : MC_NAN;
-        if (V & 14) o_j[14 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_489 + (cse_487 * d21)) : MC_NAN;
-        if (V & 14) o_j[15 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d22) : MC_NAN;
-        if (V & 14) o_j[16 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d23) : MC_NAN;
-        if (V & 14) o_j[17 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d24) : MC_NAN;
-        if (V & 14) o_j[18 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d25) : MC_NAN;
-        if (V & 14) o_j[19 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d26) : MC_NAN;
-        if (V & 14) o_j[20 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d27) : MC_NAN;
-        if (V & 14) o_j[21 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 + (cse_488 * d28)) : MC_NAN;
-        if (V & 14) o_j[22 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d29) : MC_NAN;
-        if (V & 14) o_j[23 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d30) : MC_NAN;
-        if (V & 14) o_j[24 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d31) : MC_NAN;
-        if (V & 14) o_j[25 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d32) : MC_NAN;
-        if (V & 14) o_j[26 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d33) : MC_NAN;
-        if (V & 14) o_j[27 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d34) : MC_NAN;
-        if (V & 14) o_j[28 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 + (cse_488 * d35)) : MC_NAN;
-        if (V & 14) o_j[29 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d36) : MC_NAN;
-        if (V & 14) o_j[30 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d37) : MC_NAN;
-        if (V & 14) o_j[31 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d38) : MC_NAN;
-        if (V & 14) o_j[32 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d39) : MC_NAN;
-        if (V & 14) o_j[33 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d40) : MC_NAN;
-        if (V & 14) o_j[34 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d41) : MC_NAN;
-        if (V & 14) o_j[35 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 + (cse_488 * d42)) : MC_NAN;
-        const real d43 = mc_sdiv(state_internal_dgamma, (cse_56 * cse_56));
-        if (V & 12) o_j[303 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d43 : MC_NAN;
-        const real cse_201 = (cse_108 * cse_110);
-        const real cse_202 = (-((real)1.0) + cse_102);
-        const real cse_204 = (cse_110 * cse_116);
-        const real cse_206 = (cse_110 * cse_120);
-        const real cse_211 = (cse_108 * cse_134);
-        const real cse_213 = (cse_116 * cse_134);
-        const real cse_215 = (cse_120 * cse_134);
-        const real cse_220 = (cse_108 * cse_148);
-        const real cse_222 = (cse_116 * cse_148);
-        const real cse_224 = (cse_120 * cse_148);
-        const real cse_229 = (cse_108 * cse_162);
-        const real cse_231 = (cse_116 * cse_162);
-        const real cse_233 = (cse_120 * cse_162);
-        const real cse_235 = (((real)1.0) - cse_169);
-        const real cse_239 = (cse_108 * cse_177);
-        const real cse_241 = (cse_116 * cse_177);
-        const real cse_243 = (cse_120 * cse_177);
-        const real cse_248 = (cse_108 * cse_190);
-        const real cse_250 = (cse_116 * cse_190);
-        const real cse_252 = (cse_120 * cse_190);
-        const real cse_258 = (cse_33 * state_internal_dgamma);
-        const real cse_259 = (cse_257 * cse_258);
-        const real cse_260 = (cse_257 * cse_28);
-        const real cse_261 = (cse_257 * cse_31);
-        const real cse_262 = (((real)1.3333333333333333) * nx_0);
-        const real cse_263 = (cse_260 + cse_261 - (cse_17 * cse_262));
-        const real cse_264 = (cse_110 * cse_263);
-        const real cse_266 = (cse_258 * nx_0);
-        const real cse_267 = (((real)0.3333333333333333) * cse_266);
-        const real cse_268 = (cse_17 * cse_257);
-        const real cse_269 = (cse_260 + cse_268 - (cse_262 * cse_31));
-        const real cse_270 = (cse_110 * cse_269);
-        const real cse_272 = (cse_261 + cse_268 - (cse_262 * cse_28));
-        const real cse_273 = (cse_110 * cse_272);
-        const real cse_275 = (((real)2.0) * nx_0);
-        const real cse_276 = (cse_110 * cse_275);
-        const real cse_280 = (cse_134 * cse_263);
-        const real cse_282 = (cse_134 * cse_269);
-        const real cse_284 = (cse_134 * cse_272);
-        const real cse_286 = (cse_134 * cse_275);
-        const real cse_290 = (cse_148 * cse_263);
-        const real cse_292 = (cse_148 * cse_269);
-        const real cse_294 = (cse_148 * cse_272);
-        const real cse_296 = (cse_148 * cse_275);
-        const real cse_300 = (cse_162 * cse_263);
-        const real cse_302 = (cse_162 * cse_269);
-        const real cse_304 = (cse_162 * cse_272);
-        const real cse_306 = (-cse_266);
-        const real cse_307 = (cse_275 * cse_74);
-        const real cse_309 = (cse_162 * cse_275);
-        const real cse_310 = (cse_20 * cse_309);
-        const real cse_312 = (cse_22 * cse_309);
-        const real cse_314 = (cse_177 * cse_263);
-        const real cse_316 = (cse_177 * cse_269);
-        const real cse_318 = (cse_177 * cse_272);
-        const real cse_322 = (cse_177 * cse_22 * cse_275);
-        const real cse_324 = (cse_190 * cse_263);
-        const real cse_326 = (cse_190 * cse_269);
-        const real cse_328 = (cse_190 * cse_272);
-        const real cse_386 = (cse_59 * state_internal_dgamma);
-        const real cse_418 = ((nx_0 * ((cse_34 * cse_49) + (cse_49 * cse_62) - (cse_49 * cse_76))) - (cse_50 * cse_63));
-        const real cse_419 = ((nx_0 * ((cse_36 * cse_49) + (cse_49 * cse_79) - (cse_49 * cse_80))) - (cse_51 * cse_63));
-        const real cse_420 = ((nx_0 * ((cse_38 * cse_49) + (cse_49 * cse_83) - (cse_49 * cse_84))) - (cse_52 * cse_63));
-        const real cse_421 = ((nx_0 * ((cse_40 * cse_49) + (cse_49 * cse_87) - (cse_49 * cse_88))) - (cse_53 * cse_63));
-        const real cse_422 = ((nx_0 * ((cse_42 * cse_49) + (cse_49 * cse_91) - (cse_49 * cse_92))) - (cse_54 * cse_63));
-        const real cse_423 = ((nx_0 * ((cse_44 * cse_49) + (cse_49 * cse_95) - (cse_49 * cse_96))) - (cse_55 * cse_63));
-        const real cse_424 = (p_C * cse_113);
-        const real cse_425 = (((real)0.8888888888888888) * cse_424);
-        const real cse_426 = (((real)0.4444444444444444) * cse_424);
-        const real cse_427 = (cse_17 * cse_18);
-        const real cse_428 = (((real)2.6666666666666665) * cse_125 * cse_14);
-        const real cse_429 = (p_C * cse_428);
-        const real cse_430 = (cse_429 * nx_0);
-        const real cse_431 = (cse_427 * cse_430);
-        const real cse_432 = (cse_17 * cse_430);
-        const real cse_433 = (cse_20 * cse_432);
-        const real cse_434 = (cse_22 * cse_432);
-        const real cse_435 = (cse_31 * cse_430);
-        const real cse_436 = (cse_18 * cse_435);
-        const real cse_437 = (cse_20 * cse_435);
-        const real cse_438 = (cse_22 * cse_435);
-        const real cse_439 = (cse_28 * cse_430);
-        const real cse_440 = (cse_18 * cse_439);
-        const real cse_441 = (cse_20 * cse_439);
-        const real cse_442 = (cse_22 * cse_439);
-        const real cse_444 = (-((real)1.3333333333333333) * p_C * p_E * cse_14 * cse_33 * state_internal_dgamma);
-        const real cse_445 = (p_C * cse_19);
-        const real cse_446 = (cse_444 + (cse_428 * cse_445));
-        const real cse_447 = (cse_18 * cse_430);
-        const real cse_448 = (cse_20 * cse_447);
-        const real cse_449 = (cse_22 * cse_447);
-        const real cse_450 = (cse_444 + (cse_21 * cse_429));
-        const real cse_451 = (cse_187 * cse_430);
-        const real cse_452 = (cse_444 + (cse_23 * cse_429));
-        const real cse_453 = (p_C * cse_266);
-        const real cse_454 = (-((real)1.0) + (((real)0.4444444444444444) * cse_453));
-        const real cse_455 = (((real)0.2222222222222222) * cse_453);
-        const real cse_456 = (p_C * cse_386 * cse_73);
-        const real cse_457 = (((real)1.3333333333333333) * cse_456);
-        const real cse_458 = (cse_17 * cse_457);
-        const real cse_459 = (cse_31 * cse_457);
-        const real cse_460 = (cse_104 * cse_456);
-        const real cse_461 = (cse_262 * cse_74);
-        const real cse_462 = (((real)1.0) - (cse_258 * cse_443));
-        const real cse_463 = (cse_18 * cse_457);
-        const real cse_464 = (cse_20 * cse_463);
-        const real cse_465 = (cse_22 * cse_463);
-        const real cse_466 = (p_C * cse_461);
-        const real cse_467 = (cse_187 * cse_457);
-        const real cse_471 = mc_sdiv(((real)1.0), cse_56);
-        const real cse_490 = (-cse_482);
-        const real cse_493 = (-cse_489);
-        const real cse_520 = (((real)0.816496580927726) * cse_517);
-        const real cse_528 = (cse_275 * cse_521);
-        if (V & 12) o_j[302 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-d43) : MC_NAN;
-        const real ls2_1 = ((p_E * cse_516) + (cse_517 * (-(cse_49 * cse_60) - (cse_71 * cse_72) + (((real)2.0) * p_E * cse_14) + (((real)0.6666666666666666) * p_C * nx_0))) + (((real)0.6666666666666666) * cse_517 * cse_519));
-        const real ls2_2 = (((real)1.0) / ls2_1);
-        const real ls2_3 = (-cse_519 * cse_520);
-        const real ls2_4 = (cse_108 * cse_521);
-        const real ls2_5 = (cse_116 * cse_521);
-        const real ls2_6 = (cse_120 * cse_521);
-        const real ls2_7 = (-cse_524);
-        const real ls2_8 = (-cse_526);
-        const real ls2_9 = (-cse_527);
-        const real ls2_10 = (cse_263 * cse_521);
-        const real ls2_11 = (cse_269 * cse_521);
-        const real ls2_12 = (cse_272 * cse_521);
-        const real ls2_13 = (-cse_275 * cse_522);
-        const real ls2_14 = (-cse_20 * cse_528);
-        const real ls2_15 = (-cse_22 * cse_528);
-        const real ls2_16 = (ls2_3 * ls2_2);
-        const real ls2_17 = (ls2_4 * ls2_2);
-        const real ls2_18 = (ls2_5 * ls2_2);
-        const real ls2_19 = (ls2_6 * ls2_2);
-        const real ls2_20 = (ls2_7 * ls2_2);
-        const real ls2_21 = (ls2_8 * ls2_2);
-        const real ls2_22 = (ls2_9 * ls2_2);
-        const real ls2_23 = (ls2_10 * ls2_2);
-        const real ls2_24 = (ls2_11 * ls2_2);
-        const real ls2_25 = (ls2_12 * ls2_2);
-        const real ls2_26 = (ls2_13 * ls2_2);
-        const real ls2_27 = (ls2_14 * ls2_2);
-        const real ls2_28 = (ls2_15 * ls2_2);
-        const real d44 = ls2_16;
-        const real d45 = ls2_17;
-        const real d46 = ls2_18;
-        const real d47 = ls2_19;
-        const real d48 = ls2_20;
-        const real d49 = ls2_21;
-        const real d50 = ls2_22;
-        const real d51 = ls2_23;
-        const real d52 = ls2_24;
-        const real d53 = ls2_25;
-        const real d54 = ls2_26;
-        const real d55 = ls2_27;
-        const real d56 = ls2_28;
-        const real d57 = (cse_77 * d44);
-        if (V & 12) o_j[36 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d57 : MC_NAN;
-        const real d58 = (cse_81 * d44);
-        if (V & 12) o_j[55 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d58 : MC_NAN;
-        const real d59 = (cse_85 * d44);
-        if (V & 12) o_j[74 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d59 : MC_NAN;
-        const real d60 = (cse_89 * d44);
-        if (V & 12) o_j[93 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d60 : MC_NAN;
-        const real d61 = (cse_93 * d44);
-        if (V & 12) o_j[112 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d61 : MC_NAN;
-        const real d62 = (cse_97 * d44);
-        if (V & 12) o_j[131 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d62 : MC_NAN;
-        const real d63 = (-cse_201 - cse_202 + (cse_77 * d45));
-        if (V & 12) o_j[37 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d63 : MC_NAN;
-        const real d64 = (cse_114 - cse_204 + (cse_77 * d46));
-        if (V & 12) o_j[38 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d64 : MC_NAN;
-        const real d65 = (cse_114 - cse_206 + (cse_77 * d47));
-        if (V & 12) o_j[39 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d65 : MC_NAN;
-        const real d66 = (cse_128 + (cse_77 * d48));
-        if (V & 12) o_j[40 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d66 : MC_NAN;
-        const real d67 = (cse_130 + (cse_77 * d49));
-        if (V & 12) o_j[41 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d67 : MC_NAN;
-        const real d68 = (cse_132 + (cse_77 * d50));
-        if (V & 12) o_j[42 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d68 : MC_NAN;
-        const real d69 = (cse_114 - cse_211 + (cse_81 * d45));
-        if (V & 12) o_j[56 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d69 : MC_NAN;
-        const real d70 = (-cse_202 - cse_213 + (cse_81 * d46));
-        if (V & 12) o_j[57 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d70 : MC_NAN;
-        const real d71 = (cse_114 - cse_215 + (cse_81 * d47));
-        if (V & 12) o_j[58 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d71 : MC_NAN;
-        const real d72 = (cse_142 + (cse_81 * d48));
-        if (V & 12) o_j[59 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d72 : MC_NAN;
-        const real d73 = (cse_144 + (cse_81 * d49));
-        if (V & 12) o_j[60 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d73 : MC_NAN;
-        const real d74 = (cse_146 + (cse_81 * d50));
-        if (V & 12) o_j[61 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d74 : MC_NAN;
-        const real d75 = (cse_114 - cse_220 + (cse_85 * d45));
-        if (V & 12) o_j[75 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d75 : MC_NAN;
-        const real d76 = (cse_114 - cse_222 + (cse_85 * d46));
-        if (V & 12) o_j[76 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d76 : MC_NAN;
-        const real d77 = (-cse_202 - cse_224 + (cse_85 * d47));
-        if (V & 12) o_j[77 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d77 : MC_NAN;
-        const real d78 = (cse_156 + (cse_85 * d48));
-        if (V & 12) o_j[78 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d78 : MC_NAN;
-        const real d79 = (cse_158 + (cse_85 * d49));
-        if (V & 12) o_j[79 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d79 : MC_NAN;
-        const real d80 = (cse_160 + (cse_85 * d50));
-        if (V & 12) o_j[80 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d80 : MC_NAN;
-        const real d81 = (-cse_229 + (cse_89 * d45));
-        if (V & 12) o_j[94 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d81 : MC_NAN;
-        const real d82 = (-cse_231 + (cse_89 * d46));
-        if (V & 12) o_j[95 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d82 : MC_NAN;
-        const real d83 = (-cse_233 + (cse_89 * d47));
-        if (V & 12) o_j[96 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d83 : MC_NAN;
-        const real d84 = (cse_170 + cse_235 + (cse_89 * d48));
-        if (V & 12) o_j[97 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d84 : MC_NAN;
-        const real d85 = (cse_173 + (cse_89 * d49));
-        if (V & 12) o_j[98 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d85 : MC_NAN;
-        const real d86 = (cse_175 + (cse_89 * d50));
-        if (V & 12) o_j[99 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d86 : MC_NAN;
-        const real d87 = (-cse_239 + (cse_93 * d45));
-        if (V & 12) o_j[113 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d87 : MC_NAN;
-        const real d88 = (-cse_241 + (cse_93 * d46));
-        if (V & 12) o_j[114 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d88 : MC_NAN;
-        const real d89 = (-cse_243 + (cse_93 * d47));
-        if (V & 12) o_j[115 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d89 : MC_NAN;
-        const real d90 = (cse_173 + (cse_93 * d48));
-        if (V & 12) o_j[116 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d90 : MC_NAN;
-        const real d91 = (cse_185 + cse_235 + (cse_93 * d49));
-        if (V & 12) o_j[117 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d91 : MC_NAN;
-        const real d92 = (cse_188 + (cse_93 * d50));
-        if (V & 12) o_j[118 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d92 : MC_NAN;
-        const real d93 = (-cse_248 + (cse_97 * d45));
-        if (V & 12) o_j[132 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d93 : MC_NAN;
-        const real d94 = (-cse_250 + (cse_97 * d46));
-        if (V & 12) o_j[133 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d94 : MC_NAN;
-        const real d95 = (-cse_252 + (cse_97 * d47));
-        if (V & 12) o_j[134 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d95 : MC_NAN;
-        const real d96 = (cse_175 + (cse_97 * d48));
-        if (V & 12) o_j[135 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d96 : MC_NAN;
-        const real d97 = (cse_188 + (cse_97 * d49));
-        if (V & 12) o_j[136 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d97 : MC_NAN;
-        const real d98 = (cse_199 + cse_235 + (cse_97 * d50));
-        if (V & 12) o_j[137 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d98 : MC_NAN;
-        const real d99 = (-cse_259 - cse_264 + (cse_77 * d51));
-        if (V & 12) o_j[43 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d99 : MC_NAN;
-        const real d100 = (cse_267 - cse_270 + (cse_77 * d52));
-        if (V & 12) o_j[44 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d100 : MC_NAN;
-        const real d101 = (cse_267 - cse_273 + (cse_77 * d53));
-        if (V & 12) o_j[45 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d101 : MC_NAN;
-        const real d102 = ((cse_18 * cse_276) + (cse_77 * d54));
-        if (V & 12) o_j[46 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d102 : MC_NAN;
-        const real d103 = ((cse_20 * cse_276) + (cse_77 * d55));
-        if (V & 12) o_j[47 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d103 : MC_NAN;
-        const real d104 = ((cse_22 * cse_276) + (cse_77 * d56));
-        if (V & 12) o_j[48 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d104 : MC_NAN;
-        const real d105 = (cse_267 - cse_280 + (cse_81 * d51));
-        if (V & 12) o_j[62 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d105 : MC_NAN;
-        const real d106 = (-cse_259 - cse_282 + (cse_81 * d52));
-        if (V & 12) o_j[63 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d106 : MC_NAN;
-        const real d107 = (cse_267 - cse_284 + (cse_81 * d53));
-        if (V & 12) o_j[64 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d107 : MC_NAN;
-        const real d108 = ((cse_18 * cse_286) + (cse_81 * d54));
-        if (V & 12) o_j[65 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d108 : MC_NAN;
-        const real d109 = ((cse_20 * cse_286) + (cse_81 * d55));
-        if (V & 12) o_j[66 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d109 : MC_NAN;
-        const real d110 = ((cse_22 * cse_286) + (cse_81 * d56));
-        if (V & 12) o_j[67 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d110 : MC_NAN;
-        const real d111 = (cse_267 - cse_290 + (cse_85 * d51));
-        if (V & 12) o_j[81 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d111 : MC_NAN;
-        const real d112 = (cse_267 - cse_292 + (cse_85 * d52));
-        if (V & 12) o_j[82 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d112 : MC_NAN;
-        const real d113 = (-cse_259 - cse_294 + (cse_85 * d53));
-        if (V & 12) o_j[83 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d113 : MC_NAN;
-        const real d114 = ((cse_18 * cse_296) + (cse_85 * d54));
-        if (V & 12) o_j[84 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d114 : MC_NAN;
-        const real d115 = ((cse_20 * cse_296) + (cse_85 * d55));
-        if (V & 12) o_j[85 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d115 : MC_NAN;
-        const real d116 = ((cse_22 * cse_296) + (cse_85 * d56));
-        if (V & 12) o_j[86 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d116 : MC_NAN;
-        const real d117 = (-cse_300 + (cse_89 * d51));
-        if (V & 12) o_j[100 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d117 : MC_NAN;
-        const real d118 = (-cse_302 + (cse_89 * d52));
-        if (V & 12) o_j[101 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d118 : MC_NAN;
-        const real d119 = (-cse_304 + (cse_89 * d53));
-        if (V & 12) o_j[102 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d119 : MC_NAN;
-        const real d120 = (cse_306 + (cse_19 * cse_307) + (cse_89 * d54));
-        if (V & 12) o_j[103 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d120 : MC_NAN;
-        const real d121 = (cse_310 + (cse_89 * d55));
-        if (V & 12) o_j[104 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d121 : MC_NAN;
-        const real d122 = (cse_312 + (cse_89 * d56));
-        if (V & 12) o_j[105 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d122 : MC_NAN;
-        const real d123 = (-cse_314 + (cse_93 * d51));
-        if (V & 12) o_j[119 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d123 : MC_NAN;
-        const real d124 = (-cse_316 + (cse_93 * d52));
-        if (V & 12) o_j[120 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d124 : MC_NAN;
-        const real d125 = (-cse_318 + (cse_93 * d53));
-        if (V & 12) o_j[121 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d125 : MC_NAN;
-        const real d126 = (cse_310 + (cse_93 * d54));
-        if (V & 12) o_j[122 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d126 : MC_NAN;
-        const real d127 = (cse_306 + (cse_21 * cse_307) + (cse_93 * d55));
-        if (V & 12) o_j[123 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d127 : MC_NAN;
-        const real d128 = (cse_322 + (cse_93 * d56));
-        if (V & 12) o_j[124 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d128 : MC_NAN;
-        const real d129 = (-cse_324 + (cse_97 * d51));
-        if (V & 12) o_j[138 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d129 : MC_NAN;
-        const real d130 = (-cse_326 + (cse_97 * d52));
-        if (V & 12) o_j[139 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d130 : MC_NAN;
-        const real d131 = (-cse_328 + (cse_97 * d53));
-        if (V & 12) o_j[140 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d131 : MC_NAN;
-        const real d132 = (cse_312 + (cse_97 * d54));
-        if (V & 12) o_j[141 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d132 : MC_NAN;
-        const real d133 = (cse_322 + (cse_97 * d55));
-        if (V & 12) o_j[142 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d133 : MC_NAN;
-        const real d134 = (cse_306 + (cse_23 * cse_307) + (cse_97 * d56));
-        if (V & 12) o_j[143 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d134 : MC_NAN;
-        const real cse_491 = (cse_490 * d75);
-        const real cse_492 = (cse_490 * d69);
-        const real cse_494 = (cse_490 * d76);
-        const real cse_495 = (cse_490 * d70);
-        const real cse_496 = (cse_490 * d71);
-        const real cse_497 = (cse_490 * d77);
-        const real cse_498 = (cse_490 * d78);
-        const real cse_499 = (cse_490 * d72);
-        const real cse_500 = (cse_490 * d79);
-        const real cse_501 = (cse_490 * d73);
-        const real cse_502 = (cse_490 * d80);
-        const real cse_503 = (cse_490 * d74);
-        const real cse_504 = (cse_490 * d63);
-        const real cse_505 = (cse_490 * d64);
-        const real cse_506 = (cse_490 * d65);
-        const real cse_507 = (cse_490 * d66);
-        const real cse_508 = (cse_490 * d67);
-        const real cse_509 = (cse_490 * d68);
-        if (V & 12) o_j[150 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)1.0) + (((real)0.816496580927726) * d44)) : MC_NAN;
-        if (V & 12) o_j[163 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d1) : MC_NAN;
-        if (V & 12) o_j[164 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d2) : MC_NAN;
-        if (V & 12) o_j[165 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d3) : MC_NAN;
-        if (V & 12) o_j[166 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d4) : MC_NAN;
-        if (V & 12) o_j[167 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d5) : MC_NAN;
-        if (V & 12) o_j[168 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d6) : MC_NAN;
-        if (V & 12) o_j[151 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d45) : MC_NAN;
-        if (V & 12) o_j[152 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d46) : MC_NAN;
-        if (V & 12) o_j[153 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d47) : MC_NAN;
-        if (V & 12) o_j[154 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d48) : MC_NAN;
-        if (V & 12) o_j[155 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d49) : MC_NAN;
-        if (V & 12) o_j[156 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d50) : MC_NAN;
-        if (V & 12) o_j[157 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d51) : MC_NAN;
-        if (V & 12) o_j[158 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d52) : MC_NAN;
-        if (V & 12) o_j[159 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d53) : MC_NAN;
-        if (V & 12) o_j[160 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d54) : MC_NAN;
-        if (V & 12) o_j[161 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d55) : MC_NAN;
-        if (V & 12) o_j[162 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d56) : MC_NAN;
-        if (V & 12) o_j[169 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_418 * d44) : MC_NAN;
-        if (V & 12) o_j[188 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_419 * d44) : MC_NAN;
-        if (V & 12) o_j[207 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_420 * d44) : MC_NAN;
-        if (V & 12) o_j[226 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_421 * d44) : MC_NAN;
-        if (V & 12) o_j[245 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_422 * d44) : MC_NAN;
-        if (V & 12) o_j[264 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_423 * d44) : MC_NAN;
-        if (V & 12) o_j[182 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_418 * d1) + (nx_0 * (cse_425 - (cse_111 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[183 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_418 * d2) + (nx_0 * (-cse_426 - (cse_118 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[184 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_418 * d3) + (nx_0 * (-cse_426 - (cse_122 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[185 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-cse_431 + (cse_418 * d4)) : MC_NAN;
-        if (V & 12) o_j[186 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-cse_433 + (cse_418 * d5)) : MC_NAN;
-        if (V & 12) o_j[187 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-cse_434 + (cse_418 * d6)) : MC_NAN;
-        if (V & 12) o_j[201 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_419 * d1) + (nx_0 * (-cse_426 - (cse_135 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[202 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_419 * d2) + (nx_0 * (cse_425 - (cse_137 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[203 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_419 * d3) + (nx_0 * (-cse_426 - (cse_139 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[204 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-cse_436 + (cse_419 * d4)) : MC_NAN;
-        if (V & 12) o_j[205 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-cse_437 + (cse_419 * d5)) : MC_NAN;
-        if (V & 12) o_j[206 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-cse_438 + (cse_419 * d6)) : MC_NAN;
-        if (V & 12) o_j[220 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_420 * d1) + (nx_0 * (-cse_426 - (cse_149 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[221 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_420 * d2) + (nx_0 * (-cse_426 - (cse_151 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[222 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_420 * d3) + (nx_0 * (cse_425 - (cse_153 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[223 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-cse_440 + (cse_420 * d4)) : MC_NAN;
-        if (V & 12) o_j[224 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-cse_441 + (cse_420 * d5)) : MC_NAN;
-        if (V & 12) o_j[225 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-cse_442 + (cse_420 * d6)) : MC_NAN;
-        if (V & 12) o_j[239 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_421 * d1) - (cse_163 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[240 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_421 * d2) - (cse_165 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[241 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_421 * d3) - (cse_167 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[242 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_421 * d4) - (cse_446 * nx_0)) : MC_NAN;
-        if (V & 12) o_j[243 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-cse_448 + (cse_421 * d5)) : MC_NAN;
-        if (V & 12) o_j[244 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-cse_449 + (cse_421 * d6)) : MC_NAN;
-        if (V & 12) o_j[258 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_422 * d1) - (cse_178 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[259 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_422 * d2) - (cse_180 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[260 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_422 * d3) - (cse_182 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[261 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-cse_448 + (cse_422 * d4)) : MC_NAN;
-        if (V & 12) o_j[262 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_422 * d5) - (cse_450 * nx_0)) : MC_NAN;
-        if (V & 12) o_j[263 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-cse_451 + (cse_422 * d6)) : MC_NAN;
-        if (V & 12) o_j[277 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_423 * d1) - (cse_191 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[278 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_423 * d2) - (cse_193 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[279 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_423 * d3) - (cse_195 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[280 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-cse_449 + (cse_423 * d4)) : MC_NAN;
-        if (V & 12) o_j[281 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-cse_451 + (cse_423 * d5)) : MC_NAN;
-        if (V & 12) o_j[282 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_423 * d6) - (cse_452 * nx_0)) : MC_NAN;
-        if (V & 12) o_j[170 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_418 * d45) + (nx_0 * (-cse_425 - (cse_201 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[171 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_418 * d46) + (nx_0 * (cse_426 - (cse_204 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[172 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_418 * d47) + (nx_0 * (cse_426 - (cse_206 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[173 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_431 + (cse_418 * d48)) : MC_NAN;
-        if (V & 12) o_j[174 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_433 + (cse_418 * d49)) : MC_NAN;
-        if (V & 12) o_j[175 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_434 + (cse_418 * d50)) : MC_NAN;
-        if (V & 12) o_j[189 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_419 * d45) + (nx_0 * (cse_426 - (cse_211 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[190 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_419 * d46) + (nx_0 * (-cse_425 - (cse_213 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[191 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_419 * d47) + (nx_0 * (cse_426 - (cse_215 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[192 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_436 + (cse_419 * d48)) : MC_NAN;
-        if (V & 12) o_j[193 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_437 + (cse_419 * d49)) : MC_NAN;
-        if (V & 12) o_j[194 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_438 + (cse_419 * d50)) : MC_NAN;
-        if (V & 12) o_j[208 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_420 * d45) + (nx_0 * (cse_426 - (cse_220 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[209 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_420 * d46) + (nx_0 * (cse_426 - (cse_222 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[210 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_420 * d47) + (nx_0 * (-cse_425 - (cse_224 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[211 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_440 + (cse_420 * d48)) : MC_NAN;
-        if (V & 12) o_j[212 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_441 + (cse_420 * d49)) : MC_NAN;
-        if (V & 12) o_j[213 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_442 + (cse_420 * d50)) : MC_NAN;
-        if (V & 12) o_j[227 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_421 * d45) - (cse_229 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[228 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_421 * d46) - (cse_231 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[229 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_421 * d47) - (cse_233 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[230 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_421 * d48) + (cse_446 * nx_0)) : MC_NAN;
-        if (V & 12) o_j[231 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_448 + (cse_421 * d49)) : MC_NAN;
-        if (V & 12) o_j[232 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_449 + (cse_421 * d50)) : MC_NAN;
-        if (V & 12) o_j[246 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_422 * d45) - (cse_239 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[247 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_422 * d46) - (cse_241 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[248 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_422 * d47) - (cse_243 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[249 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_448 + (cse_422 * d48)) : MC_NAN;
-        if (V & 12) o_j[250 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_422 * d49) + (cse_450 * nx_0)) : MC_NAN;
-        if (V & 12) o_j[251 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_451 + (cse_422 * d50)) : MC_NAN;
-        if (V & 12) o_j[265 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_423 * d45) - (cse_248 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[266 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_423 * d46) - (cse_250 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[267 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_423 * d47) - (cse_252 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[268 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_449 + (cse_423 * d48)) : MC_NAN;
-        if (V & 12) o_j[269 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_451 + (cse_423 * d49)) : MC_NAN;
-        if (V & 12) o_j[270 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_423 * d50) + (cse_452 * nx_0)) : MC_NAN;
-        if (V & 12) o_j[176 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_418 * d51) + (nx_0 * (-cse_454 - (cse_264 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[177 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_418 * d52) + (nx_0 * (cse_455 - (cse_270 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[178 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_418 * d53) + (nx_0 * (cse_455 - (cse_273 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[179 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_418 * d54) + (cse_427 * cse_457)) : MC_NAN;
-        if (V & 12) o_j[180 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_20 * cse_458) + (cse_418 * d55)) : MC_NAN;
-        if (V & 12) o_j[181 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_22 * cse_458) + (cse_418 * d56)) : MC_NAN;
-        if (V & 12) o_j[195 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_419 * d51) + (nx_0 * (cse_455 - (cse_280 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[196 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_419 * d52) + (nx_0 * (-cse_454 - (cse_282 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[197 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_419 * d53) + (nx_0 * (cse_455 - (cse_284 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[198 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_18 * cse_459) + (cse_419 * d54)) : MC_NAN;
-        if (V & 12) o_j[199 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_20 * cse_459) + (cse_419 * d55)) : MC_NAN;
-        if (V & 12) o_j[200 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_22 * cse_459) + (cse_419 * d56)) : MC_NAN;
-        if (V & 12) o_j[214 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_420 * d51) + (nx_0 * (cse_455 - (cse_290 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[215 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_420 * d52) + (nx_0 * (cse_455 - (cse_292 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[216 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_420 * d53) + (nx_0 * (-cse_454 - (cse_294 * cse_49)))) : MC_NAN;
-        if (V & 12) o_j[217 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_18 * cse_460) + (cse_420 * d54)) : MC_NAN;
-        if (V & 12) o_j[218 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_20 * cse_460) + (cse_420 * d55)) : MC_NAN;
-        if (V & 12) o_j[219 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_22 * cse_460) + (cse_420 * d56)) : MC_NAN;
-        if (V & 12) o_j[233 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_421 * d51) - (cse_300 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[234 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_421 * d52) - (cse_302 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[235 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_421 * d53) - (cse_304 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[236 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_421 * d54) + (nx_0 * (cse_462 + (cse_445 * cse_461)))) : MC_NAN;
-        if (V & 12) o_j[237 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_464 + (cse_421 * d55)) : MC_NAN;
-        if (V & 12) o_j[238 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_465 + (cse_421 * d56)) : MC_NAN;
-        if (V & 12) o_j[252 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_422 * d51) - (cse_314 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[253 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_422 * d52) - (cse_316 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[254 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_422 * d53) - (cse_318 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[255 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_464 + (cse_422 * d54)) : MC_NAN;
-        if (V & 12) o_j[256 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_422 * d55) + (nx_0 * (cse_462 + (cse_21 * cse_466)))) : MC_NAN;
-        if (V & 12) o_j[257 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_467 + (cse_422 * d56)) : MC_NAN;
-        if (V & 12) o_j[271 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_423 * d51) - (cse_324 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[272 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_423 * d52) - (cse_326 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[273 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_423 * d53) - (cse_328 * cse_443)) : MC_NAN;
-        if (V & 12) o_j[274 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_465 + (cse_423 * d54)) : MC_NAN;
-        if (V & 12) o_j[275 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_467 + (cse_423 * d55)) : MC_NAN;
-        if (V & 12) o_j[276 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_423 * d56) + (nx_0 * (cse_462 + (cse_23 * cse_466)))) : MC_NAN;
-        if (V & 12) o_j[283 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d44) : MC_NAN;
-        if (V & 12) o_j[296 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d1) : MC_NAN;
-        if (V & 12) o_j[297 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d2) : MC_NAN;
-        if (V & 12) o_j[298 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d3) : MC_NAN;
-        if (V & 12) o_j[299 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d4) : MC_NAN;
-        if (V & 12) o_j[300 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d5) : MC_NAN;
-        if (V & 12) o_j[301 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d6) : MC_NAN;
-        if (V & 12) o_j[284 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d45) : MC_NAN;
-        if (V & 12) o_j[285 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d46) : MC_NAN;
-        if (V & 12) o_j[286 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d47) : MC_NAN;
-        if (V & 12) o_j[287 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d48) : MC_NAN;
-        if (V & 12) o_j[288 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d49) : MC_NAN;
-        if (V & 12) o_j[289 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d50) : MC_NAN;
-        if (V & 12) o_j[290 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d51) : MC_NAN;
-        if (V & 12) o_j[291 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d52) : MC_NAN;
-        if (V & 12) o_j[292 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d53) : MC_NAN;
-        if (V & 12) o_j[293 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d54) : MC_NAN;
-        if (V & 12) o_j[294 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d55) : MC_NAN;
-        if (V & 12) o_j[295 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d56) : MC_NAN;
-        if (V & 12) o_j[304 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d57) : MC_NAN;
-        if (V & 12) o_j[317 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d58) : MC_NAN;
-        if (V & 12) o_j[330 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d59) : MC_NAN;
-        if (V & 12) o_j[343 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d60) : MC_NAN;
-        if (V & 12) o_j[356 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d61) : MC_NAN;
-        if (V & 12) o_j[369 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d62) : MC_NAN;
-        if (V & 12) o_j[305 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_491 + cse_492 + (cse_493 * d63)) : MC_NAN;
-        if (V & 12) o_j[306 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_494 + cse_495 + (cse_493 * d64)) : MC_NAN;
-        if (V & 12) o_j[307 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_496 + cse_497 + (cse_493 * d65)) : MC_NAN;
-        if (V & 12) o_j[308 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_498 + cse_499 + (cse_493 * d66)) : MC_NAN;
-        if (V & 12) o_j[309 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_500 + cse_501 + (cse_493 * d67)) : MC_NAN;
-        if (V & 12) o_j[310 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_502 + cse_503 + (cse_493 * d68)) : MC_NAN;
-        if (V & 12) o_j[318 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_491 + cse_504 + (cse_493 * d69)) : MC_NAN;
-        if (V & 12) o_j[319 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_494 + cse_505 + (cse_493 * d70)) : MC_NAN;
-        if (V & 12) o_j[320 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_497 + cse_506 + (cse_493 * d71)) : MC_NAN;
-        if (V & 12) o_j[321 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_498 + cse_507 + (cse_493 * d72)) : MC_NAN;
-        if (V & 12) o_j[322 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_500 + cse_508 + (cse_493 * d73)) : MC_NAN;
-        if (V & 12) o_j[323 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_502 + cse_509 + (cse_493 * d74)) : MC_NAN;
-        if (V & 12) o_j[331 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_492 + cse_504 + (cse_493 * d75)) : MC_NAN;
-        if (V & 12) o_j[332 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_495 + cse_505 + (cse_493 * d76)) : MC_NAN;
-        if (V & 12) o_j[333 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_496 + cse_506 + (cse_493 * d77)) : MC_NAN;
-        if (V & 12) o_j[334 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_499 + cse_507 + (cse_493 * d78)) : MC_NAN;
-        if (V & 12) o_j[335 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_501 + cse_508 + (cse_493 * d79)) : MC_NAN;
-        if (V & 12) o_j[336 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_503 + cse_509 + (cse_493 * d80)) : MC_NAN;
-        if (V & 12) o_j[344 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d81) : MC_NAN;
-        if (V & 12) o_j[345 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d82) : MC_NAN;
-        if (V & 12) o_j[346 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d83) : MC_NAN;
-        if (V & 12) o_j[347 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d84) : MC_NAN;
-        if (V & 12) o_j[348 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d85) : MC_NAN;
-        if (V & 12) o_j[349 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d86) : MC_NAN;
-        if (V & 12) o_j[357 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d87) : MC_NAN;
-        if (V & 12) o_j[358 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d88) : MC_NAN;
-        if (V & 12) o_j[359 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d89) : MC_NAN;
-        if (V & 12) o_j[360 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d90) : MC_NAN;
-        if (V & 12) o_j[361 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d91) : MC_NAN;
-        if (V & 12) o_j[362 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d92) : MC_NAN;
-        if (V & 12) o_j[370 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d93) : MC_NAN;
-        if (V & 12) o_j[371 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d94) : MC_NAN;
-        if (V & 12) o_j[372 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d95) : MC_NAN;
-        if (V & 12) o_j[373 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d96) : MC_NAN;
-        if (V & 12) o_j[374 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d97) : MC_NAN;
-        if (V & 12) o_j[375 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d98) : MC_NAN;
-        if (V & 12) o_j[311 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d99) : MC_NAN;
-        if (V & 12) o_j[312 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d100) : MC_NAN;
-        if (V & 12) o_j[313 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d101) : MC_NAN;
-        if (V & 12) o_j[314 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d102) : MC_NAN;
-        if (V & 12) o_j[315 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d103) : MC_NAN;
-        if (V & 12) o_j[316 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d104) : MC_NAN;
-        if (V & 12) o_j[324 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d105) : MC_NAN;
-        if (V & 12) o_j[325 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d106) : MC_NAN;
-        if (V & 12) o_j[326 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d107) : MC_NAN;
-        if (V & 12) o_j[327 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d108) : MC_NAN;
-        if (V & 12) o_j[328 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d109) : MC_NAN;
-        if (V & 12) o_j[329 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d110) : MC_NAN;
-        if (V & 12) o_j[337 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d111) : MC_NAN;
-        if (V & 12) o_j[338 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d112) : MC_NAN;
-        if (V & 12) o_j[339 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d113) : MC_NAN;
-        if (V & 12) o_j[340 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d114) : MC_NAN;
-        if (V & 12) o_j[341 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d115) : MC_NAN;
-        if (V & 12) o_j[342 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d116) : MC_NAN;
-        if (V & 12) o_j[350 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d117) : MC_NAN;
-        if (V & 12) o_j[351 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d118) : MC_NAN;
-        if (V & 12) o_j[352 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d119) : MC_NAN;
-        if (V & 12) o_j[353 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d120) : MC_NAN;
-        if (V & 12) o_j[354 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d121) : MC_NAN;
-        if (V & 12) o_j[355 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d122) : MC_NAN;
-        if (V & 12) o_j[363 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d123) : MC_NAN;
-        if (V & 12) o_j[364 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d124) : MC_NAN;
-        if (V & 12) o_j[365 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d125) : MC_NAN;
-        if (V & 12) o_j[366 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d126) : MC_NAN;
-        if (V & 12) o_j[367 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d127) : MC_NAN;
-        if (V & 12) o_j[368 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d128) : MC_NAN;
-        if (V & 12) o_j[376 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d129) : MC_NAN;
-        if (V & 12) o_j[377 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d130) : MC_NAN;
-        if (V & 12) o_j[378 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d131) : MC_NAN;
-        if (V & 12) o_j[379 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d132) : MC_NAN;
-        if (V & 12) o_j[380 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d133) : MC_NAN;
-        if (V & 12) o_j[381 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d134) : MC_NAN;
-        const real cse_333 = (cse_15 * cse_258);
-        const real cse_334 = (cse_18 * cse_3);
-        const real cse_335 = (cse_20 * cse_4);
-        const real cse_336 = (cse_22 * cse_5);
-        const real cse_337 = (cse_27 * cse_28);
-        const real cse_338 = (cse_30 * cse_31);
-        const real cse_339 = (cse_11 * cse_17);
-        const real cse_340 = ((cse_124 * cse_334) + (cse_124 * cse_335) + (cse_124 * cse_336) + (cse_124 * cse_337) + (cse_124 * cse_338) + (cse_124 * cse_339));
-        const real cse_341 = (cse_110 * cse_340);
-        const real cse_343 = (cse_134 * cse_340);
-        const real cse_345 = (cse_148 * cse_340);
-        const real cse_347 = (cse_162 * cse_340);
-        const real cse_349 = (cse_177 * cse_340);
-        const real cse_351 = (cse_190 * cse_340);
-        const real cse_353 = (cse_14 * cse_14);
-        const real cse_354 = (cse_353 * cse_99);
-        const real cse_355 = (((real)4.0) * cse_354);
-        const real cse_356 = (cse_33 * cse_355);
-        const real cse_357 = (((real)8.0) * p_E * cse_353);
-        const real cse_358 = (-(cse_334 * cse_357) - (cse_335 * cse_357) - (cse_336 * cse_357) - (cse_337 * cse_357) - (cse_338 * cse_357) - (cse_339 * cse_357));
-        const real cse_359 = (cse_110 * cse_358);
-        const real cse_361 = (cse_134 * cse_358);
-        const real cse_363 = (cse_148 * cse_358);
-        const real cse_365 = (cse_162 * cse_358);
-        const real cse_367 = (cse_177 * cse_358);
-        const real cse_369 = (cse_190 * cse_358);
-        const real cse_383 = (cse_59 * (state_internal_dgamma * state_internal_dgamma));
-        const real cse_384 = (cse_33 * cse_383);
-        const real cse_385 = (cse_384 * cse_8);
-        const real cse_387 = (((real)2.0) * cse_386);
-        const real cse_388 = ((cse_387 * cse_65) + (cse_387 * cse_66) + (cse_387 * cse_67) + (cse_387 * cse_68) + (cse_387 * cse_69) + (cse_387 * cse_70));
-        const real cse_389 = (cse_110 * cse_388);
-        const real cse_391 = (cse_29 * cse_384);
-        const real cse_392 = (cse_134 * cse_388);
-        const real cse_394 = (cse_25 * cse_384);
-        const real cse_395 = (cse_148 * cse_388);
-        const real cse_397 = (cse_384 * old_state_internal_X_3);
-        const real cse_398 = (cse_162 * cse_388);
-        const real cse_400 = (cse_384 * old_state_internal_X_4);
-        const real cse_401 = (cse_177 * cse_388);
-        const real cse_403 = (cse_384 * old_state_internal_X_5);
-        const real cse_404 = (cse_190 * cse_388);
-        const real cse_468 = (p_C * cse_101 * cse_258);
-        const real cse_469 = (((real)2.6666666666666665) * cse_33 * cse_354);
-        const real cse_470 = (p_C * cse_469);
-        const real cse_510 = (cse_478 * cse_481);
-        const real cse_511 = (cse_474 * cse_510);
-        const real cse_512 = (p_E * (cse_474 * cse_474));
-        const real cse_513 = (cse_475 * cse_478);
-        const real cse_514 = ((cse_480 * cse_513) - (cse_510 * cse_512) + (cse_12 * cse_513 * (cse_480 * cse_480)));
-        const real ls3_1 = ((p_E * cse_516) + (cse_517 * (-(cse_49 * cse_60) - (cse_71 * cse_72) + (((real)2.0) * p_E * cse_14) + (((real)0.6666666666666666) * p_C * nx_0))) + (((real)0.6666666666666666) * cse_517 * cse_519));
-        const real ls3_2 = (((real)1.0) / ls3_1);
-        const real ls3_3 = (-(cse_516 * state_internal_dgamma) - (cse_517 * ((cse_15 * state_internal_dgamma) - (cse_340 * cse_72))));
-        const real ls3_4 = (-cse_517 * (-cse_355 - (cse_358 * cse_72)));
-        const real ls3_5 = (-cse_520);
-        const real ls3_6 = (-cse_257 * cse_517 * state_internal_dgamma);
-        const real ls3_7 = (-cse_517 * (-(cse_383 * cse_49) - (cse_388 * cse_72)));
-        const real ls3_8 = (-cse_515 * cse_520);
-        const real ls3_9 = (-cse_518 * cse_520 * state_internal_ep);
-        const real ls3_10 = (ls3_3 * ls3_2);
-        const real ls3_11 = (ls3_4 * ls3_2);
-        const real ls3_12 = (ls3_5 * ls3_2);
-        const real ls3_13 = (ls3_6 * ls3_2);
-        const real ls3_14 = (ls3_7 * ls3_2);
-        const real ls3_15 = (ls3_8 * ls3_2);
-        const real ls3_16 = (ls3_9 * ls3_2);
-        const real d135 = ls3_10;
-        const real d136 = ls3_11;
-        const real d137 = ls3_12;
-        const real d138 = ls3_13;
-        const real d139 = ls3_14;
-        const real d140 = ls3_15;
-        const real d141 = ls3_16;
-        const real d142 = (-cse_341 + (cse_11 * cse_333) + (cse_77 * d135));
-        if (V & 8) o_j[382 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d142 : MC_NAN;
-        const real d143 = (-cse_343 + (cse_30 * cse_333) + (cse_81 * d135));
-        if (V & 8) o_j[389 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d143 : MC_NAN;
-        const real d144 = (-cse_345 + (cse_27 * cse_333) + (cse_85 * d135));
-        if (V & 8) o_j[396 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d144 : MC_NAN;
-        const real d145 = (-cse_347 + (cse_3 * cse_333) + (cse_89 * d135));
-        if (V & 8) o_j[403 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d145 : MC_NAN;
-        const real d146 = (-cse_349 + (cse_333 * cse_4) + (cse_93 * d135));
-        if (V & 8) o_j[410 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d146 : MC_NAN;
-        const real d147 = (-cse_351 + (cse_333 * cse_5) + (cse_97 * d135));
-        if (V & 8) o_j[417 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d147 : MC_NAN;
-        const real d148 = (-cse_359 + (cse_77 * d136) - (cse_11 * cse_356));
-        if (V & 8) o_j[383 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d148 : MC_NAN;
-        const real d149 = (-cse_361 + (cse_81 * d136) - (cse_30 * cse_356));
-        if (V & 8) o_j[390 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d149 : MC_NAN;
-        const real d150 = (-cse_363 + (cse_85 * d136) - (cse_27 * cse_356));
-        if (V & 8) o_j[397 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d150 : MC_NAN;
-        const real d151 = (-cse_365 + (cse_89 * d136) - (cse_3 * cse_356));
-        if (V & 8) o_j[404 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d151 : MC_NAN;
-        const real d152 = (-cse_367 + (cse_93 * d136) - (cse_356 * cse_4));
-        if (V & 8) o_j[411 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d152 : MC_NAN;
-        const real d153 = (-cse_369 + (cse_97 * d136) - (cse_356 * cse_5));
-        if (V & 8) o_j[418 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d153 : MC_NAN;
-        const real d154 = (cse_77 * d137);
-        if (V & 8) o_j[384 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d154 : MC_NAN;
-        const real d155 = (cse_81 * d137);
-        if (V & 8) o_j[391 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d155 : MC_NAN;
-        const real d156 = (cse_85 * d137);
-        if (V & 8) o_j[398 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d156 : MC_NAN;
-        const real d157 = (cse_89 * d137);
-        if (V & 8) o_j[405 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d157 : MC_NAN;
-        const real d158 = (cse_93 * d137);
-        if (V & 8) o_j[412 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d158 : MC_NAN;
-        const real d159 = (cse_97 * d137);
-        if (V & 8) o_j[419 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d159 : MC_NAN;
-        const real d160 = (cse_77 * d138);
-        if (V & 8) o_j[385 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d160 : MC_NAN;
-        const real d161 = (cse_81 * d138);
-        if (V & 8) o_j[392 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d161 : MC_NAN;
-        const real d162 = (cse_85 * d138);
-        if (V & 8) o_j[399 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d162 : MC_NAN;
-        const real d163 = (cse_89 * d138);
-        if (V & 8) o_j[406 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d163 : MC_NAN;
-        const real d164 = (cse_93 * d138);
-        if (V & 8) o_j[413 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d164 : MC_NAN;
-        const real d165 = (cse_97 * d138);
-        if (V & 8) o_j[420 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d165 : MC_NAN;
-        const real d166 = (cse_385 - cse_389 + (cse_77 * d139));
-        if (V & 8) o_j[386 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d166 : MC_NAN;
-        const real d167 = (cse_391 - cse_392 + (cse_81 * d139));
-        if (V & 8) o_j[393 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d167 : MC_NAN;
-        const real d168 = (cse_394 - cse_395 + (cse_85 * d139));
-        if (V & 8) o_j[400 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d168 : MC_NAN;
-        const real d169 = (cse_397 - cse_398 + (cse_89 * d139));
-        if (V & 8) o_j[407 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d169 : MC_NAN;
-        const real d170 = (cse_400 - cse_401 + (cse_93 * d139));
-        if (V & 8) o_j[414 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d170 : MC_NAN;
-        const real d171 = (cse_403 - cse_404 + (cse_97 * d139));
-        if (V & 8) o_j[421 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d171 : MC_NAN;
-        const real d172 = (cse_77 * d140);
-        if (V & 8) o_j[387 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d172 : MC_NAN;
-        const real d173 = (cse_81 * d140);
-        if (V & 8) o_j[394 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d173 : MC_NAN;
-        const real d174 = (cse_85 * d140);
-        if (V & 8) o_j[401 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d174 : MC_NAN;
-        const real d175 = (cse_89 * d140);
-        if (V & 8) o_j[408 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d175 : MC_NAN;
-        const real d176 = (cse_93 * d140);
-        if (V & 8) o_j[415 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d176 : MC_NAN;
-        const real d177 = (cse_97 * d140);
-        if (V & 8) o_j[422 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d177 : MC_NAN;
-        const real d178 = (cse_77 * d141);
-        if (V & 8) o_j[388 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d178 : MC_NAN;
-        const real d179 = (cse_81 * d141);
-        if (V & 8) o_j[395 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d179 : MC_NAN;
-        const real d180 = (cse_85 * d141);
-        if (V & 8) o_j[402 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d180 : MC_NAN;
-        const real d181 = (cse_89 * d141);
-        if (V & 8) o_j[409 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d181 : MC_NAN;
-        const real d182 = (cse_93 * d141);
-        if (V & 8) o_j[416 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d182 : MC_NAN;
-        const real d183 = (cse_97 * d141);
-        if (V & 8) o_j[423 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d183 : MC_NAN;
-        if (V & 8) o_j[424 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d135) : MC_NAN;
-        if (V & 8) o_j[425 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d136) : MC_NAN;
-        if (V & 8) o_j[426 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d137) : MC_NAN;
-        if (V & 8) o_j[427 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d138) : MC_NAN;
-        if (V & 8) o_j[428 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d139) : MC_NAN;
-        if (V & 8) o_j[429 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d140) : MC_NAN;
-        if (V & 8) o_j[430 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d141) : MC_NAN;
-        if (V & 8) o_j[431 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_418 * d135) + (nx_0 * (-(cse_341 * cse_49) + (((real)1.3333333333333333) * p_C * cse_11 * cse_14 * cse_33 * state_internal_dgamma)))) : MC_NAN;
-        if (V & 8) o_j[438 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_419 * d135) + (nx_0 * (-(cse_343 * cse_49) + (((real)1.3333333333333333) * p_C * cse_14 * cse_30 * cse_33 * state_internal_dgamma)))) : MC_NAN;
-        if (V & 8) o_j[445 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_420 * d135) + (nx_0 * (-(cse_345 * cse_49) + (((real)1.3333333333333333) * p_C * cse_14 * cse_27 * cse_33 * state_internal_dgamma)))) : MC_NAN;
-        if (V & 8) o_j[452 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_421 * d135) + (nx_0 * ((cse_3 * cse_468) - (cse_347 * cse_49)))) : MC_NAN;
-        if (V & 8) o_j[459 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_422 * d135) + (nx_0 * ((cse_4 * cse_468) - (cse_349 * cse_49)))) : MC_NAN;
-        if (V & 8) o_j[466 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_423 * d135) + (nx_0 * ((cse_468 * cse_5) - (cse_351 * cse_49)))) : MC_NAN;
-        if (V & 8) o_j[432 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_418 * d136) + (nx_0 * (-(cse_359 * cse_49) - (p_C * cse_11 * cse_469)))) : MC_NAN;
-        if (V & 8) o_j[439 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_419 * d136) + (nx_0 * (-(cse_30 * cse_470) - (cse_361 * cse_49)))) : MC_NAN;
-        if (V & 8) o_j[446 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_420 * d136) + (nx_0 * (-(cse_27 * cse_470) - (cse_363 * cse_49)))) : MC_NAN;
-        if (V & 8) o_j[453 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_421 * d136) + (nx_0 * (-(cse_3 * cse_470) - (cse_365 * cse_49)))) : MC_NAN;
-        if (V & 8) o_j[460 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_422 * d136) + (nx_0 * (-(cse_367 * cse_49) - (cse_4 * cse_470)))) : MC_NAN;
-        if (V & 8) o_j[467 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_423 * d136) + (nx_0 * (-(cse_369 * cse_49) - (cse_470 * cse_5)))) : MC_NAN;
-        if (V & 8) o_j[433 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_418 * d137) : MC_NAN;
-        if (V & 8) o_j[440 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_419 * d137) : MC_NAN;
-        if (V & 8) o_j[447 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_420 * d137) : MC_NAN;
-        if (V & 8) o_j[454 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_421 * d137) : MC_NAN;
-        if (V & 8) o_j[461 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_422 * d137) : MC_NAN;
-        if (V & 8) o_j[468 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_423 * d137) : MC_NAN;
-        if (V & 8) o_j[434 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_257 * cse_35) + (cse_418 * d138)) : MC_NAN;
-        if (V & 8) o_j[441 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_257 * cse_37) + (cse_419 * d138)) : MC_NAN;
-        if (V & 8) o_j[448 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_257 * cse_39) + (cse_420 * d138)) : MC_NAN;
-        if (V & 8) o_j[455 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_257 * cse_41) + (cse_421 * d138)) : MC_NAN;
-        if (V & 8) o_j[462 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_257 * cse_43) + (cse_422 * d138)) : MC_NAN;
-        if (V & 8) o_j[469 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_257 * cse_45) + (cse_423 * d138)) : MC_NAN;
-        if (V & 8) o_j[435 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_418 * d139) + (nx_0 * ((cse_385 * cse_49) - (cse_389 * cse_49))) - (cse_386 * cse_50)) : MC_NAN;
-        if (V & 8) o_j[442 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_419 * d139) + (nx_0 * ((cse_391 * cse_49) - (cse_392 * cse_49))) - (cse_386 * cse_51)) : MC_NAN;
-        if (V & 8) o_j[449 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_420 * d139) + (nx_0 * ((cse_394 * cse_49) - (cse_395 * cse_49))) - (cse_386 * cse_52)) : MC_NAN;
-        if (V & 8) o_j[456 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_421 * d139) + (nx_0 * ((cse_397 * cse_49) - (cse_398 * cse_49))) - (cse_386 * cse_53)) : MC_NAN;
-        if (V & 8) o_j[463 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_422 * d139) + (nx_0 * ((cse_400 * cse_49) - (cse_401 * cse_49))) - (cse_386 * cse_54)) : MC_NAN;
-        if (V & 8) o_j[470 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_423 * d139) + (nx_0 * ((cse_403 * cse_49) - (cse_404 * cse_49))) - (cse_386 * cse_55)) : MC_NAN;
-        if (V & 8) o_j[436 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_418 * d140) : MC_NAN;
-        if (V & 8) o_j[443 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_419 * d140) : MC_NAN;
-        if (V & 8) o_j[450 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_420 * d140) : MC_NAN;
-        if (V & 8) o_j[457 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_421 * d140) : MC_NAN;
-        if (V & 8) o_j[464 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_422 * d140) : MC_NAN;
-        if (V & 8) o_j[471 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_423 * d140) : MC_NAN;
-        if (V & 8) o_j[437 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_418 * d141) : MC_NAN;
-        if (V & 8) o_j[444 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_419 * d141) : MC_NAN;
-        if (V & 8) o_j[451 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_420 * d141) : MC_NAN;
-        if (V & 8) o_j[458 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_421 * d141) : MC_NAN;
-        if (V & 8) o_j[465 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_422 * d141) : MC_NAN;
-        if (V & 8) o_j[472 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_423 * d141) : MC_NAN;
-        if (V & 8) o_j[473 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d135) : MC_NAN;
-        if (V & 8) o_j[474 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d136) : MC_NAN;
-        if (V & 8) o_j[475 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d137) : MC_NAN;
-        if (V & 8) o_j[476 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d138) : MC_NAN;
-        if (V & 8) o_j[477 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d139) : MC_NAN;
-        if (V & 8) o_j[478 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d140) : MC_NAN;
-        if (V & 8) o_j[479 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_471 * d141) : MC_NAN;
-        if (V & 8) o_j[480 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_511 + (cse_472 * cse_474) + (cse_487 * d142)) : MC_NAN;
-        if (V & 8) o_j[487 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_511 + (cse_474 * cse_476) + (cse_487 * d143)) : MC_NAN;
-        if (V & 8) o_j[494 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_511 + (cse_474 * cse_477) + (cse_487 * d144)) : MC_NAN;
-        if (V & 8) o_j[501 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_474 * cse_484) + (cse_488 * d145)) : MC_NAN;
-        if (V & 8) o_j[508 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_474 * cse_485) + (cse_488 * d146)) : MC_NAN;
-        if (V & 8) o_j[515 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_474 * cse_486) + (cse_488 * d147)) : MC_NAN;
-        if (V & 8) o_j[481 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_514 + (cse_487 * d148) - (cse_472 * cse_512)) : MC_NAN;
-        if (V & 8) o_j[488 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_514 + (cse_487 * d149) - (cse_476 * cse_512)) : MC_NAN;
-        if (V & 8) o_j[495 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_514 + (cse_487 * d150) - (cse_477 * cse_512)) : MC_NAN;
-        if (V & 8) o_j[502 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_488 * d151) - (cse_484 * cse_512)) : MC_NAN;
-        if (V & 8) o_j[509 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_488 * d152) - (cse_485 * cse_512)) : MC_NAN;
-        if (V & 8) o_j[516 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_488 * d153) - (cse_486 * cse_512)) : MC_NAN;
-        if (V & 8) o_j[482 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d154) : MC_NAN;
-        if (V & 8) o_j[489 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d155) : MC_NAN;
-        if (V & 8) o_j[496 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d156) : MC_NAN;
-        if (V & 8) o_j[503 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d157) : MC_NAN;
-        if (V & 8) o_j[510 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d158) : MC_NAN;
-        if (V & 8) o_j[517 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d159) : MC_NAN;
-        if (V & 8) o_j[483 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d160) : MC_NAN;
-        if (V & 8) o_j[490 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d161) : MC_NAN;
-        if (V & 8) o_j[497 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d162) : MC_NAN;
-        if (V & 8) o_j[504 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d163) : MC_NAN;
-        if (V & 8) o_j[511 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d164) : MC_NAN;
-        if (V & 8) o_j[518 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d165) : MC_NAN;
-        if (V & 8) o_j[484 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d166) : MC_NAN;
-        if (V & 8) o_j[491 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d167) : MC_NAN;
-        if (V & 8) o_j[498 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d168) : MC_NAN;
-        if (V & 8) o_j[505 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d169) : MC_NAN;
-        if (V & 8) o_j[512 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d170) : MC_NAN;
-        if (V & 8) o_j[519 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d171) : MC_NAN;
-        if (V & 8) o_j[485 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d172) : MC_NAN;
-        if (V & 8) o_j[492 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d173) : MC_NAN;
-        if (V & 8) o_j[499 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d174) : MC_NAN;
-        if (V & 8) o_j[506 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d175) : MC_NAN;
-        if (V & 8) o_j[513 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d176) : MC_NAN;
-        if (V & 8) o_j[520 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d177) : MC_NAN;
-        if (V & 8) o_j[486 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d178) : MC_NAN;
-        if (V & 8) o_j[493 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d179) : MC_NAN;
-        if (V & 8) o_j[500 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_487 * d180) : MC_NAN;
-        if (V & 8) o_j[507 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d181) : MC_NAN;
-        if (V & 8) o_j[514 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d182) : MC_NAN;
-        if (V & 8) o_j[521 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_488 * d183) : MC_NAN;
+        const real dcse_578 = (state_internal_dgamma == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (cse_32 * cse_32)));
+        const real dcse_573 = mc_sdiv(((real)1.0), (((real)2.0) * cse_32));
+        const real dcse_582 = (state_internal_dgamma == 0 ? ((real)0.0) : dcse_573);
+        const real dcse_534 = (dcse_578 * dcse_582 * state_internal_dgamma);
+        const real dcse_535 = (cse_17 * dcse_534);
+        const real dcse_560 = (p_g * state_internal_dgamma);
+        const real dcse_574 = (((real)1.0) + dcse_560);
+        const real dcse_583 = (((real)1.0) / (dcse_574 * dcse_574));
+        const real dcse_570 = (dcse_560 * dcse_583);
+        const real dcse_571 = (cse_33 * dcse_570);
+        const real dcse_569 = (((real)2.0) * p_g * dcse_583);
+        const real dcse_584 = ((cse_17 * cse_8 * dcse_569) + (cse_18 * dcse_569 * old_state_internal_X_3) + (cse_20 * dcse_569 * old_state_internal_X_4) + (cse_22 * dcse_569 * old_state_internal_X_5) + (cse_25 * cse_28 * dcse_569) + (cse_29 * cse_31 * dcse_569));
+        const real dcse_585 = (cse_34 + (cse_8 * dcse_571) - (dcse_535 * dcse_584));
+        const real dcse_576 = (((real)1.0) - nx_1);
+        const real dcse_561 = (((real)0.6666666666666666) * p_C * nx_0);
+        const real dcse_563 = (p_E * state_internal_dgamma);
+        const real dcse_577 = (cse_32 + dcse_563 - (state_internal_dgamma * (cse_16 + dcse_561)));
+        const real dcse_586 = ((-dcse_577 + (((real)0.816496580927726) * (p_sigma_y + (p_R * dcse_576)))) > 0 ? 1 : 0);
+        const real dcse_587 = (((real)1.0) - dcse_586);
+        const real dcse_562 = (p_E * cse_14);
+        const real dcse_575 = (dcse_561 + (((real)2.0) * dcse_562));
+        const real dcse_588 = (((real)1.0) / ((p_E * dcse_586) + (dcse_587 * (dcse_575 - (cse_49 * dcse_570) - (dcse_573 * dcse_584))) + (((real)0.6666666666666666) * p_R * p_d * dcse_587 * nx_1)));
+        const real dcse_536 = (cse_475 * (-dcse_535 + (dcse_573 * dcse_585 * dcse_587 * dcse_588)));
+        const real dcse_537 = (dcse_573 * dcse_587 * dcse_588);
+        const real dcse_538 = (cse_14 * cse_475);
+        const real dcse_539 = (p_E * dcse_538);
+        const real dcse_540 = (dcse_539 * ((((real)4.0) * dcse_535) - (((real)4.0) * dcse_537 * dcse_585)));
+        const real dcse_541 = (cse_31 * dcse_534);
+        const real dcse_589 = (cse_36 + (cse_29 * dcse_571) - (dcse_541 * dcse_584));
+        const real dcse_542 = (cse_475 * (-dcse_541 + (dcse_573 * dcse_587 * dcse_588 * dcse_589)));
+        const real dcse_543 = (dcse_539 * ((((real)4.0) * dcse_541) - (((real)4.0) * dcse_537 * dcse_589)));
+        const real dcse_544 = (cse_28 * dcse_534);
+        const real dcse_590 = (cse_38 + (cse_25 * dcse_571) - (dcse_544 * dcse_584));
+        const real dcse_545 = (cse_475 * (-dcse_544 + (dcse_573 * dcse_587 * dcse_588 * dcse_590)));
+        const real dcse_546 = (dcse_539 * ((((real)4.0) * dcse_544) - (((real)4.0) * dcse_537 * dcse_590)));
+        const real dcse_547 = (cse_18 * dcse_534);
+        const real dcse_591 = (cse_40 + (dcse_571 * old_state_internal_X_3) - (dcse_547 * dcse_584));
+        const real dcse_548 = (cse_475 * (-dcse_547 + (dcse_573 * dcse_587 * dcse_588 * dcse_591)));
+        const real dcse_549 = (-cse_15 * cse_33 * cse_475 * state_internal_dgamma);
+        const real dcse_550 = (((real)4.0) * dcse_537 * dcse_591);
+        const real dcse_551 = (dcse_539 * (-dcse_550 + (((real)4.0) * dcse_547)));
+        const real dcse_552 = (cse_20 * dcse_534);
+        const real dcse_592 = (cse_42 + (dcse_571 * old_state_internal_X_4) - (dcse_552 * dcse_584));
+        const real dcse_553 = (cse_475 * (-dcse_552 + (dcse_573 * dcse_587 * dcse_588 * dcse_592)));
+        const real dcse_554 = (((real)4.0) * dcse_537 * dcse_592);
+        const real dcse_555 = (dcse_539 * (-dcse_554 + (((real)4.0) * dcse_552)));
+        const real dcse_556 = (cse_22 * dcse_534);
+        const real dcse_593 = (cse_44 + (dcse_571 * old_state_internal_X_5) - (dcse_556 * dcse_584));
+        const real dcse_557 = (cse_475 * (-dcse_556 + (dcse_573 * dcse_587 * dcse_588 * dcse_593)));
+        const real dcse_558 = (((real)4.0) * dcse_537 * dcse_593);
+        const real dcse_559 = (dcse_539 * (-dcse_558 + (((real)4.0) * dcse_556)));
+        const real dcse_564 = (((real)2.6666666666666665) * dcse_562);
+        const real dcse_565 = (((real)1.3333333333333333) * dcse_562);
+        const real dcse_566 = (cse_28 * dcse_565);
+        const real dcse_567 = (cse_31 * dcse_565);
+        const real dcse_568 = (cse_17 * dcse_565);
+        const real dcse_572 = (cse_33 * dcse_538 * dcse_563);
+        const real dcse_579 = (dcse_566 + dcse_567 - (cse_17 * dcse_564));
+        const real dcse_580 = (dcse_566 + dcse_568 - (cse_31 * dcse_564));
+        const real dcse_581 = (dcse_567 + dcse_568 - (cse_28 * dcse_564));
+        const real dcse_594 = (cse_475 + cse_482);
+        const real dcse_595 = (dcse_594 - (((real)1.3333333333333333) * dcse_572));
+        const real dcse_596 = (cse_482 + (((real)0.6666666666666666) * dcse_572));
+        const real dcse_418 = mc_sdiv(((real)1.0), (((real)2.0) * cse_32));
+        const real dcse_408 = (p_g * state_internal_dgamma);
+        const real dcse_447 = (cse_49 * dcse_408);
+        const real dcse_409 = (((real)1.0) + dcse_408);
+        const real dcse_473 = (((real)1.0) / (dcse_409 * dcse_409));
+        const real dcse_448 = (dcse_447 * dcse_473);
+        const real dcse_68 = (p_R * nx_1);
+        const real dcse_69 = (p_d * dcse_68);
+        const real dcse_455 = (((real)0.6666666666666666) * dcse_69);
+        const real dcse_89 = (p_E * cse_14);
+        const real dcse_244 = (((real)0.6666666666666666) * nx_0);
+        const real dcse_453 = (p_C * dcse_244);
+        const real dcse_456 = (dcse_453 + (((real)2.0) * dcse_89));
+        const real dcse_410 = (p_g * dcse_473);
+        const real dcse_411 = (((real)2.0) * dcse_410);
+        const real dcse_412 = (cse_17 * cse_8);
+        const real dcse_413 = (cse_18 * old_state_internal_X_3);
+        const real dcse_414 = (cse_20 * old_state_internal_X_4);
+        const real dcse_415 = (cse_22 * old_state_internal_X_5);
+        const real dcse_416 = (cse_25 * cse_28);
+        const real dcse_417 = (cse_29 * cse_31);
+        const real dcse_474 = ((dcse_411 * dcse_412) + (dcse_411 * dcse_413) + (dcse_411 * dcse_414) + (dcse_411 * dcse_415) + (dcse_411 * dcse_416) + (dcse_411 * dcse_417));
+        const real dcse_452 = (((real)1.0) - nx_1);
+        const real dcse_76 = (p_E * state_internal_dgamma);
+        const real dcse_454 = (cse_32 + dcse_76 - (state_internal_dgamma * (cse_16 + dcse_453)));
+        const real dcse_499 = ((-dcse_454 + (((real)0.816496580927726) * (p_sigma_y + (p_R * dcse_452)))) > 0 ? 1 : 0);
+        const real dcse_500 = (((real)1.0) - dcse_499);
+        const real dcse_501 = (((real)1.0) / ((p_E * dcse_499) + (dcse_455 * dcse_500) + (dcse_500 * (dcse_456 - dcse_448 - (dcse_418 * dcse_474)))));
+        const real dcse_64 = (((real)2.449489742783178) * dcse_501);
+        const real dcse_65 = (dcse_500 * dcse_64);
+        const real dcse_66 = (((real)0.3333333333333333) * dcse_65);
+        const real dcse_419 = (cse_33 * dcse_408);
+        const real dcse_420 = (dcse_419 * dcse_473);
+        const real dcse_82 = (state_internal_dgamma == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (cse_32 * cse_32)));
+        const real dcse_83 = (dcse_82 * (state_internal_dgamma == 0 ? ((real)0.0) : dcse_418));
+        const real dcse_84 = (cse_17 * state_internal_dgamma);
+        const real dcse_85 = (dcse_83 * dcse_84);
+        const real dcse_421 = (dcse_474 * dcse_85);
+        const real dcse_475 = (cse_34 - dcse_421 + (cse_8 * dcse_420));
+        const real dcse_67 = (dcse_475 * dcse_66);
+        const real dcse_92 = (dcse_83 * state_internal_dgamma);
+        const real dcse_93 = (cse_31 * dcse_92);
+        const real dcse_422 = (dcse_474 * dcse_93);
+        const real dcse_476 = (cse_36 - dcse_422 + (cse_29 * dcse_420));
+        const real dcse_70 = (dcse_476 * dcse_66);
+        const real dcse_97 = (cse_28 * dcse_92);
+        const real dcse_423 = (dcse_474 * dcse_97);
+        const real dcse_477 = (cse_38 - dcse_423 + (cse_25 * dcse_420));
+        const real dcse_71 = (dcse_477 * dcse_66);
+        const real dcse_101 = (cse_18 * dcse_92);
+        const real dcse_424 = (dcse_101 * dcse_474);
+        const real dcse_478 = (cse_40 - dcse_424 + (dcse_420 * old_state_internal_X_3));
+        const real dcse_72 = (dcse_478 * dcse_66);
+        const real dcse_116 = (cse_20 * dcse_92);
+        const real dcse_425 = (dcse_116 * dcse_474);
+        const real dcse_479 = (cse_42 - dcse_425 + (dcse_420 * old_state_internal_X_4));
+        const real dcse_73 = (dcse_479 * dcse_66);
+        const real dcse_128 = (cse_22 * dcse_92);
+        const real dcse_426 = (dcse_128 * dcse_474);
+        const real dcse_480 = (cse_44 - dcse_426 + (dcse_420 * old_state_internal_X_5));
+        const real dcse_74 = (dcse_480 * dcse_66);
+        const real dcse_75 = (((real)1.3333333333333333) * cse_33);
+        const real dcse_77 = (cse_14 * dcse_76);
+        const real dcse_78 = (dcse_75 * dcse_77);
+        const real dcse_79 = (dcse_500 * dcse_501);
+        const real dcse_80 = (dcse_418 * dcse_79);
+        const real dcse_81 = (dcse_475 * dcse_80);
+        const real dcse_86 = (dcse_85 - dcse_81);
+        const real dcse_87 = (((real)0.6666666666666666) * cse_33);
+        const real dcse_88 = (dcse_77 * dcse_87);
+        const real dcse_90 = (dcse_89 * (-(((real)4.0) * dcse_85) + (((real)4.0) * dcse_418 * dcse_475 * dcse_500 * dcse_501)));
+        const real dcse_91 = (dcse_476 * dcse_80);
+        const real dcse_94 = (dcse_93 - dcse_91);
+        const real dcse_95 = (dcse_89 * (-(((real)4.0) * dcse_93) + (((real)4.0) * dcse_418 * dcse_476 * dcse_500 * dcse_501)));
+        const real dcse_96 = (dcse_477 * dcse_80);
+        const real dcse_98 = (dcse_97 - dcse_96);
+        const real dcse_99 = (dcse_89 * (-(((real)4.0) * dcse_97) + (((real)4.0) * dcse_418 * dcse_477 * dcse_500 * dcse_501)));
+        const real dcse_100 = (dcse_478 * dcse_80);
+        const real dcse_102 = (dcse_101 - dcse_100);
+        const real dcse_427 = (((real)2.6666666666666665) * dcse_89);
+        const real dcse_238 = (((real)1.3333333333333333) * dcse_89);
+        const real dcse_428 = (cse_28 * dcse_238);
+        const real dcse_429 = (cse_31 * dcse_238);
+        const real dcse_430 = (dcse_428 + dcse_429 - (cse_17 * dcse_427));
+        const real dcse_103 = (dcse_102 * dcse_430);
+        if (V & 12) o_j[106 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_103 : MC_NAN;
+        const real dcse_431 = (cse_17 * dcse_238);
+        const real dcse_432 = (dcse_428 + dcse_431 - (cse_31 * dcse_427));
+        const real dcse_104 = (dcse_102 * dcse_432);
+        if (V & 12) o_j[107 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_104 : MC_NAN;
+        const real dcse_433 = (dcse_429 + dcse_431 - (cse_28 * dcse_427));
+        const real dcse_105 = (dcse_102 * dcse_433);
+        if (V & 12) o_j[108 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_105 : MC_NAN;
+        const real dcse_106 = (cse_15 * state_internal_dgamma);
+        const real dcse_107 = (cse_33 * dcse_106);
+        const real dcse_108 = (((real)4.0) * dcse_92);
+        const real dcse_109 = (-(cse_19 * dcse_108) + (((real)4.0) * cse_18 * dcse_100));
+        const real dcse_110 = (cse_14 * dcse_109);
+        const real dcse_111 = ((((real)4.0) * dcse_101) - (((real)4.0) * dcse_418 * dcse_478 * dcse_500 * dcse_501));
+        const real dcse_112 = (-dcse_111 * dcse_89);
+        const real dcse_113 = (cse_20 * dcse_112);
+        if (V & 12) o_j[110 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_113 : MC_NAN;
+        const real dcse_114 = (cse_22 * dcse_112);
+        if (V & 12) o_j[111 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_114 : MC_NAN;
+        const real dcse_115 = (dcse_479 * dcse_80);
+        const real dcse_117 = (dcse_116 - dcse_115);
+        const real dcse_118 = (dcse_117 * dcse_430);
+        if (V & 12) o_j[125 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_118 : MC_NAN;
+        const real dcse_119 = (dcse_117 * dcse_432);
+        if (V & 12) o_j[126 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_119 : MC_NAN;
+        const real dcse_120 = (dcse_117 * dcse_433);
+        if (V & 12) o_j[127 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_120 : MC_NAN;
+        const real dcse_121 = ((((real)4.0) * dcse_116) - (((real)4.0) * dcse_418 * dcse_479 * dcse_500 * dcse_501));
+        const real dcse_122 = (-dcse_121 * dcse_89);
+        const real dcse_123 = (cse_18 * dcse_122);
+        if (V & 12) o_j[128 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_123 : MC_NAN;
+        const real dcse_124 = (-(cse_21 * dcse_108) + (((real)4.0) * cse_20 * dcse_115));
+        const real dcse_125 = (cse_14 * dcse_124);
+        const real dcse_126 = (cse_22 * dcse_122);
+        if (V & 12) o_j[130 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_126 : MC_NAN;
+        const real dcse_127 = (dcse_480 * dcse_80);
+        const real dcse_129 = (dcse_128 - dcse_127);
+        const real dcse_130 = (dcse_129 * dcse_430);
+        if (V & 12) o_j[144 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_130 : MC_NAN;
+        const real dcse_131 = (dcse_129 * dcse_432);
+        if (V & 12) o_j[145 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_131 : MC_NAN;
+        const real dcse_132 = (dcse_129 * dcse_433);
+        if (V & 12) o_j[146 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_132 : MC_NAN;
+        const real dcse_133 = ((((real)4.0) * dcse_128) - (((real)4.0) * dcse_418 * dcse_480 * dcse_500 * dcse_501));
+        const real dcse_134 = (-dcse_133 * dcse_89);
+        const real dcse_135 = (cse_18 * dcse_134);
+        if (V & 12) o_j[147 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_135 : MC_NAN;
+        const real dcse_136 = (cse_20 * dcse_134);
+        if (V & 12) o_j[148 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_136 : MC_NAN;
+        const real dcse_137 = (-(cse_23 * dcse_108) + (((real)4.0) * cse_22 * dcse_127));
+        const real dcse_138 = (cse_14 * dcse_137);
+        const real dcse_139 = (-dcse_102);
+        const real dcse_140 = (dcse_111 * dcse_89);
+        const real dcse_141 = (-dcse_117);
+        const real dcse_142 = (dcse_121 * dcse_89);
+        const real dcse_143 = (-dcse_129);
+        const real dcse_144 = (dcse_133 * dcse_89);
+        const real dcse_145 = (nx_0 * state_internal_dgamma);
+        const real dcse_146 = (cse_33 * dcse_145);
+        const real dcse_147 = (((real)0.6666666666666666) * dcse_146);
+        const real dcse_148 = (-dcse_147);
+        const real dcse_149 = (-dcse_86);
+        const real dcse_150 = (((real)0.3333333333333333) * dcse_146);
+        const real dcse_151 = (-(((real)2.0) * dcse_81) + (((real)2.0) * dcse_85));
+        const real dcse_152 = (dcse_151 * nx_0);
+        const real dcse_153 = (-dcse_94);
+        const real dcse_154 = (-(((real)2.0) * dcse_91) + (((real)2.0) * dcse_93));
+        const real dcse_155 = (dcse_154 * nx_0);
+        const real dcse_156 = (-dcse_98);
+        const real dcse_157 = (-(((real)2.0) * dcse_96) + (((real)2.0) * dcse_97));
+        const real dcse_158 = (dcse_157 * nx_0);
+        const real dcse_159 = (((real)2.0) * dcse_100);
+        const real dcse_160 = (cse_18 * dcse_159);
+        const real dcse_161 = (-cse_33);
+        const real dcse_162 = (((real)2.0) * dcse_83);
+        const real dcse_163 = (dcse_161 + (cse_19 * dcse_162));
+        const real dcse_164 = (-dcse_159 + (((real)2.0) * dcse_101));
+        const real dcse_165 = (dcse_164 * nx_0);
+        const real dcse_166 = (((real)2.0) * dcse_115);
+        const real dcse_167 = (-dcse_166 + (((real)2.0) * dcse_116));
+        const real dcse_168 = (dcse_167 * nx_0);
+        const real dcse_169 = (cse_20 * dcse_166);
+        const real dcse_170 = (dcse_161 + (cse_21 * dcse_162));
+        const real dcse_171 = (((real)2.0) * dcse_127);
+        const real dcse_172 = (-dcse_171 + (((real)2.0) * dcse_128));
+        const real dcse_173 = (dcse_172 * nx_0);
+        const real dcse_174 = (cse_22 * dcse_171);
+        const real dcse_175 = (dcse_161 + (cse_23 * dcse_162));
+        const real dcse_438 = (((real)4.0) * cse_14);
+        const real dcse_208 = (((real)0.6666666666666666) * dcse_79);
+        const real dcse_312 = (dcse_473 * state_internal_dgamma);
+        const real dcse_234 = (dcse_418 * dcse_66);
+        const real dcse_235 = (dcse_234 * dcse_430);
+        if (V & 12) o_j[151 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_235 : MC_NAN;
+        const real dcse_236 = (dcse_234 * dcse_432);
+        if (V & 12) o_j[152 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_236 : MC_NAN;
+        const real dcse_237 = (dcse_234 * dcse_433);
+        if (V & 12) o_j[153 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_237 : MC_NAN;
+        const real dcse_239 = (dcse_418 * dcse_65);
+        const real dcse_240 = (dcse_238 * dcse_239);
+        const real dcse_241 = (cse_18 * dcse_240);
+        if (V & 12) o_j[166 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_241 : MC_NAN;
+        const real dcse_242 = (cse_20 * dcse_240);
+        if (V & 12) o_j[167 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_242 : MC_NAN;
+        const real dcse_243 = (cse_22 * dcse_240);
+        if (V & 12) o_j[168 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_243 : MC_NAN;
+        const real dcse_245 = (dcse_239 * dcse_244);
+        const real dcse_449 = (cse_33 * dcse_448);
+        const real dcse_489 = ((nx_0 * ((cse_34 * cse_49) + (cse_8 * dcse_449) - (cse_49 * dcse_421))) - (cse_50 * dcse_410));
+        const real dcse_246 = (dcse_489 * dcse_66);
+        const real dcse_490 = ((nx_0 * ((cse_29 * dcse_449) + (cse_36 * cse_49) - (cse_49 * dcse_422))) - (cse_51 * dcse_410));
+        const real dcse_247 = (dcse_490 * dcse_66);
+        const real dcse_491 = ((nx_0 * ((cse_25 * dcse_449) + (cse_38 * cse_49) - (cse_49 * dcse_423))) - (cse_52 * dcse_410));
+        const real dcse_248 = (dcse_491 * dcse_66);
+        const real dcse_492 = ((nx_0 * ((cse_40 * cse_49) + (dcse_449 * old_state_internal_X_3) - (cse_49 * dcse_424))) - (cse_53 * dcse_410));
+        const real dcse_249 = (dcse_492 * dcse_66);
+        const real dcse_493 = ((nx_0 * ((cse_42 * cse_49) + (dcse_449 * old_state_internal_X_4) - (cse_49 * dcse_425))) - (cse_54 * dcse_410));
+        const real dcse_250 = (dcse_493 * dcse_66);
+        const real dcse_494 = ((nx_0 * ((cse_44 * cse_49) + (dcse_449 * old_state_internal_X_5) - (cse_49 * dcse_426))) - (cse_55 * dcse_410));
+        const real dcse_251 = (dcse_494 * dcse_66);
+        const real dcse_252 = (p_C * cse_33);
+        const real dcse_253 = (dcse_252 * dcse_77 * nx_0);
+        const real dcse_254 = (((real)0.8888888888888888) * dcse_253);
+        const real dcse_255 = (dcse_489 * dcse_80);
+        const real dcse_256 = (cse_17 * dcse_83);
+        const real dcse_257 = (cse_49 * dcse_145);
+        const real dcse_258 = (-dcse_255 + (dcse_256 * dcse_257));
+        const real dcse_259 = (((real)0.4444444444444444) * dcse_253);
+        const real dcse_260 = (((real)2.6666666666666665) * dcse_83);
+        const real dcse_261 = (p_C * dcse_145);
+        const real dcse_262 = (dcse_260 * dcse_261);
+        const real dcse_263 = ((cse_17 * dcse_262) - (((real)4.0) * dcse_418 * dcse_489 * dcse_500 * dcse_501));
+        const real dcse_264 = (-dcse_263 * dcse_89);
+        const real dcse_265 = (dcse_490 * dcse_80);
+        const real dcse_266 = (dcse_257 * dcse_83);
+        const real dcse_267 = (-dcse_265 + (cse_31 * dcse_266));
+        const real dcse_268 = ((cse_31 * dcse_262) - (((real)4.0) * dcse_418 * dcse_490 * dcse_500 * dcse_501));
+        const real dcse_269 = (-dcse_268 * dcse_89);
+        const real dcse_270 = (dcse_491 * dcse_80);
+        const real dcse_271 = (-dcse_270 + (cse_28 * dcse_266));
+        const real dcse_272 = ((cse_28 * dcse_262) - (((real)4.0) * dcse_418 * dcse_491 * dcse_500 * dcse_501));
+        const real dcse_273 = (-dcse_272 * dcse_89);
+        const real dcse_274 = (dcse_492 * dcse_80);
+        const real dcse_275 = (cse_18 * dcse_83);
+        const real dcse_276 = (((real)0.6666666666666666) * dcse_261);
+        const real dcse_277 = (-dcse_274 + (dcse_275 * dcse_276));
+        const real dcse_278 = (((real)4.0) * cse_18 * dcse_274);
+        const real dcse_279 = (-((real)1.3333333333333333) * cse_33);
+        const real dcse_280 = (dcse_279 + (cse_19 * dcse_260));
+        const real dcse_281 = ((cse_18 * dcse_262) - (((real)4.0) * dcse_418 * dcse_492 * dcse_500 * dcse_501));
+        const real dcse_282 = (-dcse_281 * dcse_89);
+        const real dcse_283 = (dcse_493 * dcse_80);
+        const real dcse_284 = (dcse_276 * dcse_83);
+        const real dcse_285 = (-dcse_283 + (cse_20 * dcse_284));
+        const real dcse_286 = ((cse_20 * dcse_262) - (((real)4.0) * dcse_418 * dcse_493 * dcse_500 * dcse_501));
+        const real dcse_287 = (-dcse_286 * dcse_89);
+        const real dcse_288 = (((real)4.0) * cse_20 * dcse_283);
+        const real dcse_289 = (dcse_279 + (cse_21 * dcse_260));
+        const real dcse_290 = (dcse_494 * dcse_80);
+        const real dcse_291 = (-dcse_290 + (cse_22 * dcse_284));
+        const real dcse_292 = ((cse_22 * dcse_262) - (((real)4.0) * dcse_418 * dcse_494 * dcse_500 * dcse_501));
+        const real dcse_293 = (-dcse_292 * dcse_89);
+        const real dcse_294 = (((real)4.0) * cse_22 * dcse_290);
+        const real dcse_295 = (dcse_279 + (cse_23 * dcse_260));
+        const real dcse_296 = (-dcse_258);
+        const real dcse_297 = (dcse_263 * dcse_89);
+        const real dcse_298 = (-dcse_267);
+        const real dcse_299 = (dcse_268 * dcse_89);
+        const real dcse_300 = (-dcse_271);
+        const real dcse_301 = (dcse_272 * dcse_89);
+        const real dcse_302 = (-dcse_277);
+        const real dcse_303 = (dcse_281 * dcse_89);
+        const real dcse_304 = (-dcse_285);
+        const real dcse_305 = (dcse_286 * dcse_89);
+        const real dcse_306 = (-dcse_291);
+        const real dcse_307 = (dcse_292 * dcse_89);
+        const real dcse_495 = (-((real)1.0) + (((real)0.4444444444444444) * p_C * dcse_146));
+        const real dcse_308 = (-dcse_495 * nx_0);
+        const real dcse_309 = (nx_0 * nx_0);
+        const real dcse_310 = (((real)0.2222222222222222) * dcse_252 * dcse_309 * state_internal_dgamma);
+        const real dcse_311 = (((real)2.0) * nx_0);
+        const real dcse_313 = (((real)1.3333333333333333) * p_C);
+        const real dcse_314 = (dcse_312 * dcse_313);
+        const real dcse_315 = ((dcse_256 * dcse_314) - (dcse_255 * dcse_311));
+        const real dcse_316 = (dcse_314 * dcse_83);
+        const real dcse_317 = ((cse_31 * dcse_316) - (dcse_265 * dcse_311));
+        const real dcse_318 = ((cse_28 * dcse_316) - (dcse_270 * dcse_311));
+        const real dcse_496 = (((real)1.0) - (p_C * dcse_147));
+        const real dcse_319 = (-dcse_496);
+        const real dcse_320 = (dcse_309 * dcse_313 * dcse_92);
+        const real dcse_321 = ((dcse_275 * dcse_314) - (dcse_274 * dcse_311));
+        const real dcse_322 = ((cse_20 * dcse_316) - (dcse_283 * dcse_311));
+        const real dcse_323 = ((cse_22 * dcse_316) - (dcse_290 * dcse_311));
+        const real dcse_497 = mc_sdiv(((real)1.0), cse_56);
+        const real dcse_335 = (dcse_497 * dcse_66);
+        const real dcse_336 = (dcse_497 * dcse_80);
+        const real dcse_337 = (dcse_336 * dcse_430);
+        if (V & 12) o_j[284 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_337 : MC_NAN;
+        const real dcse_338 = (dcse_336 * dcse_432);
+        if (V & 12) o_j[285 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_338 : MC_NAN;
+        const real dcse_339 = (dcse_336 * dcse_433);
+        if (V & 12) o_j[286 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_339 : MC_NAN;
+        const real dcse_340 = (cse_18 * dcse_89);
+        const real dcse_341 = (((real)4.0) * dcse_336);
+        const real dcse_342 = (dcse_340 * dcse_341);
+        if (V & 12) o_j[299 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_342 : MC_NAN;
+        const real dcse_343 = (dcse_341 * dcse_89);
+        const real dcse_344 = (cse_20 * dcse_343);
+        if (V & 12) o_j[300 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_344 : MC_NAN;
+        const real dcse_345 = (cse_22 * dcse_343);
+        if (V & 12) o_j[301 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_345 : MC_NAN;
+        const real dcse_346 = (dcse_311 * dcse_336);
+        const real dcse_347 = (cse_475 * dcse_475);
+        const real dcse_348 = (dcse_347 * dcse_66);
+        if (V & 12) if (V & 8) o_j[482 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_348 : MC_NAN;
+        const real dcse_349 = (cse_475 * dcse_70);
+        if (V & 12) if (V & 8) o_j[489 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_349 : MC_NAN;
+        const real dcse_350 = (cse_475 * dcse_71);
+        if (V & 12) if (V & 8) o_j[496 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_350 : MC_NAN;
+        const real dcse_351 = (cse_475 * dcse_72);
+        if (V & 12) if (V & 8) o_j[503 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_351 : MC_NAN;
+        const real dcse_352 = (cse_475 * dcse_73);
+        if (V & 12) if (V & 8) o_j[510 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_352 : MC_NAN;
+        const real dcse_353 = (cse_475 * dcse_74);
+        if (V & 12) if (V & 8) o_j[517 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_353 : MC_NAN;
+        const real dcse_482 = (((real)1.0) - (p_E * dcse_107));
+        const real dcse_381 = (-cse_475 * dcse_482);
+        const real dcse_382 = (p_E * cse_475);
+        const real dcse_383 = (cse_475 * dcse_147);
+        const real dcse_384 = (cse_475 * dcse_86);
+        const real dcse_385 = (-cse_475 * dcse_150);
+        const real dcse_386 = (cse_475 * nx_0);
+        const real dcse_387 = (-dcse_151 * dcse_386);
+        const real dcse_388 = (cse_475 * dcse_94);
+        const real dcse_389 = (-dcse_154 * dcse_386);
+        const real dcse_390 = (cse_475 * dcse_98);
+        const real dcse_391 = (-dcse_157 * dcse_386);
+        const real dcse_392 = (cse_475 * dcse_102);
+        const real dcse_393 = (-dcse_164 * dcse_386);
+        const real dcse_394 = (cse_475 * dcse_117);
+        const real dcse_395 = (-dcse_167 * dcse_386);
+        const real dcse_396 = (cse_475 * dcse_129);
+        const real dcse_397 = (-dcse_172 * dcse_386);
+        const real dcse_434 = (((real)1.3333333333333333) * nx_0);
+        const real dcse_435 = (cse_28 * dcse_244);
+        const real dcse_436 = (cse_31 * dcse_244);
+        const real dcse_437 = (cse_17 * dcse_244);
+        const real dcse_450 = (cse_475 + cse_482);
+        const real dcse_457 = (((real)4.0) * dcse_81);
+        const real dcse_458 = (dcse_438 * dcse_76);
+        const real dcse_459 = (dcse_256 * dcse_458);
+        const real dcse_460 = (dcse_457 * dcse_89);
+        const real dcse_461 = (((real)4.0) * dcse_91);
+        const real dcse_462 = (cse_31 * dcse_458);
+        const real dcse_463 = (dcse_461 * dcse_89);
+        const real dcse_464 = (dcse_462 * dcse_83);
+        const real dcse_465 = (((real)4.0) * dcse_96);
+        const real dcse_466 = (cse_28 * dcse_458);
+        const real dcse_467 = (dcse_465 * dcse_89);
+        const real dcse_468 = (dcse_466 * dcse_83);
+        const real dcse_472 = mc_sdiv(state_internal_dgamma, (cse_56 * cse_56));
+        if (V & 12) o_j[303 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_472 : MC_NAN;
+        const real dcse_481 = (-((real)1.0) + dcse_78);
+        const real dcse_483 = (dcse_435 + dcse_436 - (cse_17 * dcse_434));
+        const real dcse_484 = (dcse_435 + dcse_437 - (cse_31 * dcse_434));
+        const real dcse_485 = (dcse_436 + dcse_437 - (cse_28 * dcse_434));
+        const real dcse_502 = (-dcse_481 - (dcse_430 * dcse_85) + (dcse_418 * dcse_430 * dcse_475 * dcse_500 * dcse_501));
+        if (V & 12) o_j[37 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_502 : MC_NAN;
+        const real dcse_503 = (dcse_88 + (dcse_432 * dcse_81) - (dcse_432 * dcse_85));
+        if (V & 12) o_j[38 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_503 : MC_NAN;
+        const real dcse_504 = (dcse_88 + (dcse_433 * dcse_81) - (dcse_433 * dcse_85));
+        if (V & 12) o_j[39 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_504 : MC_NAN;
+        const real dcse_505 = ((cse_18 * dcse_459) - (dcse_340 * dcse_457));
+        if (V & 12) o_j[40 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_505 : MC_NAN;
+        const real dcse_506 = ((cse_20 * dcse_459) - (cse_20 * dcse_460));
+        if (V & 12) o_j[41 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_506 : MC_NAN;
+        const real dcse_507 = ((cse_22 * dcse_459) - (cse_22 * dcse_460));
+        if (V & 12) o_j[42 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_507 : MC_NAN;
+        const real dcse_508 = (dcse_88 + (dcse_430 * dcse_91) - (dcse_430 * dcse_93));
+        if (V & 12) o_j[56 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_508 : MC_NAN;
+        const real dcse_509 = (-dcse_481 - (dcse_432 * dcse_93) + (dcse_418 * dcse_432 * dcse_476 * dcse_500 * dcse_501));
+        if (V & 12) o_j[57 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_509 : MC_NAN;
+        const real dcse_510 = (dcse_88 + (dcse_433 * dcse_91) - (dcse_433 * dcse_93));
+        if (V & 12) o_j[58 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_510 : MC_NAN;
+        const real dcse_511 = ((dcse_275 * dcse_462) - (dcse_340 * dcse_461));
+        if (V & 12) o_j[59 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_511 : MC_NAN;
+        const real dcse_512 = ((cse_20 * dcse_464) - (cse_20 * dcse_463));
+        if (V & 12) o_j[60 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_512 : MC_NAN;
+        const real dcse_513 = ((cse_22 * dcse_464) - (cse_22 * dcse_463));
+        if (V & 12) o_j[61 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_513 : MC_NAN;
+        const real dcse_514 = (dcse_88 + (dcse_430 * dcse_96) - (dcse_430 * dcse_97));
+        if (V & 12) o_j[75 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_514 : MC_NAN;
+        const real dcse_515 = (dcse_88 + (dcse_432 * dcse_96) - (dcse_432 * dcse_97));
+        if (V & 12) o_j[76 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_515 : MC_NAN;
+        const real dcse_516 = (-dcse_481 - (dcse_433 * dcse_97) + (dcse_418 * dcse_433 * dcse_477 * dcse_500 * dcse_501));
+        if (V & 12) o_j[77 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_516 : MC_NAN;
+        const real dcse_517 = ((dcse_275 * dcse_466) - (dcse_340 * dcse_465));
+        if (V & 12) o_j[78 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_517 : MC_NAN;
+        const real dcse_518 = ((cse_20 * dcse_468) - (cse_20 * dcse_467));
+        if (V & 12) o_j[79 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_518 : MC_NAN;
+        const real dcse_519 = ((cse_22 * dcse_468) - (cse_22 * dcse_467));
+        if (V & 12) o_j[80 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? dcse_519 : MC_NAN;
+        const real dcse_176 = (dcse_499 * state_internal_dgamma);
+        const real dcse_439 = (cse_11 * cse_17);
+        const real dcse_440 = (cse_18 * cse_3);
+        const real dcse_441 = (cse_20 * cse_4);
+        const real dcse_442 = (cse_22 * cse_5);
+        const real dcse_443 = (cse_27 * cse_28);
+        const real dcse_444 = (cse_30 * cse_31);
+        const real dcse_486 = ((dcse_438 * dcse_439) + (dcse_438 * dcse_440) + (dcse_438 * dcse_441) + (dcse_438 * dcse_442) + (dcse_438 * dcse_443) + (dcse_438 * dcse_444));
+        const real dcse_177 = (dcse_106 - (dcse_418 * dcse_486));
+        const real dcse_178 = (dcse_501 * (-dcse_176 - (dcse_177 * dcse_500)));
+        const real dcse_179 = (cse_15 * cse_33);
+        const real dcse_180 = (dcse_486 * dcse_83);
+        const real dcse_181 = (cse_17 * dcse_180);
+        const real dcse_182 = (-dcse_181 + (cse_11 * dcse_179));
+        const real dcse_183 = (cse_31 * dcse_180);
+        const real dcse_184 = (-dcse_183 + (cse_30 * dcse_179));
+        const real dcse_185 = (cse_28 * dcse_180);
+        const real dcse_186 = (-dcse_185 + (cse_27 * dcse_179));
+        const real dcse_187 = (cse_18 * dcse_180);
+        const real dcse_188 = (-dcse_187 + (cse_3 * dcse_179));
+        const real dcse_189 = (cse_20 * dcse_180);
+        const real dcse_190 = (-dcse_189 + (cse_4 * dcse_179));
+        const real dcse_191 = (cse_22 * dcse_180);
+        const real dcse_192 = (-dcse_191 + (cse_5 * dcse_179));
+        const real dcse_194 = (cse_14 * cse_14);
+        const real dcse_198 = (p_E * dcse_194);
+        const real dcse_445 = (((real)8.0) * dcse_198);
+        const real dcse_487 = (-(dcse_439 * dcse_445) - (dcse_440 * dcse_445) - (dcse_441 * dcse_445) - (dcse_442 * dcse_445) - (dcse_443 * dcse_445) - (dcse_444 * dcse_445));
+        const real dcse_193 = (dcse_418 * dcse_487);
+        const real dcse_195 = (dcse_194 * dcse_76);
+        const real dcse_196 = (dcse_193 + (((real)4.0) * dcse_195));
+        const real dcse_197 = (dcse_196 * dcse_79);
+        const real dcse_199 = (cse_33 * dcse_198);
+        const real dcse_200 = (((real)4.0) * dcse_199);
+        const real dcse_201 = (dcse_487 * dcse_83);
+        const real dcse_202 = (cse_17 * dcse_201);
+        const real dcse_203 = (cse_31 * dcse_201);
+        const real dcse_204 = (cse_28 * dcse_201);
+        const real dcse_205 = (cse_18 * dcse_201);
+        const real dcse_206 = (cse_20 * dcse_201);
+        const real dcse_207 = (cse_22 * dcse_201);
+        const real dcse_209 = (dcse_145 * dcse_208);
+        const real dcse_210 = (dcse_209 * dcse_476);
+        const real dcse_211 = (dcse_209 * dcse_477);
+        const real dcse_212 = (dcse_209 * dcse_478);
+        const real dcse_213 = (dcse_209 * dcse_479);
+        const real dcse_214 = (dcse_209 * dcse_480);
+        const real dcse_215 = (state_internal_dgamma * state_internal_dgamma);
+        const real dcse_216 = (dcse_215 * dcse_473);
+        const real dcse_217 = (cse_33 * dcse_216);
+        const real dcse_446 = (((real)2.0) * dcse_312);
+        const real dcse_488 = ((dcse_412 * dcse_446) + (dcse_413 * dcse_446) + (dcse_414 * dcse_446) + (dcse_415 * dcse_446) + (dcse_416 * dcse_446) + (dcse_417 * dcse_446));
+        const real dcse_218 = (dcse_418 * dcse_488);
+        const real dcse_219 = (cse_49 * dcse_216);
+        const real dcse_220 = (dcse_218 + dcse_219);
+        const real dcse_221 = (dcse_220 * dcse_79);
+        const real dcse_222 = (dcse_488 * dcse_85);
+        const real dcse_223 = ((cse_29 * dcse_217) - (dcse_488 * dcse_93));
+        const real dcse_224 = ((cse_25 * dcse_217) - (dcse_488 * dcse_97));
+        const real dcse_225 = (dcse_101 * dcse_488);
+        const real dcse_226 = (dcse_116 * dcse_488);
+        const real dcse_227 = (dcse_128 * dcse_488);
+        const real dcse_228 = (dcse_452 * dcse_70);
+        const real dcse_229 = (dcse_452 * dcse_71);
+        const real dcse_230 = (dcse_452 * dcse_72);
+        const real dcse_231 = (dcse_452 * dcse_73);
+        const real dcse_232 = (dcse_452 * dcse_74);
+        const real dcse_233 = (dcse_68 * state_internal_ep);
+        const real dcse_324 = (p_C * cse_11);
+        const real dcse_325 = (cse_14 * dcse_75);
+        const real dcse_326 = (p_C * dcse_325);
+        const real dcse_327 = (((real)2.6666666666666665) * dcse_199);
+        const real dcse_328 = (p_C * dcse_327);
+        const real dcse_329 = (dcse_208 * state_internal_dgamma);
+        const real dcse_330 = (dcse_222 - (cse_33 * cse_8 * dcse_215 * dcse_473));
+        const real dcse_331 = (cse_49 * nx_0);
+        const real dcse_332 = (dcse_225 - (cse_33 * dcse_215 * dcse_473 * old_state_internal_X_3));
+        const real dcse_333 = (dcse_226 - (cse_33 * dcse_215 * dcse_473 * old_state_internal_X_4));
+        const real dcse_334 = (dcse_227 - (cse_33 * dcse_215 * dcse_473 * old_state_internal_X_5));
+        const real dcse_398 = (cse_478 * cse_481);
+        const real dcse_399 = (dcse_501 * (dcse_176 + (dcse_177 * dcse_500)));
+        const real dcse_400 = (cse_475 * state_internal_dgamma);
+        const real dcse_401 = (cse_475 * dcse_399);
+        const real dcse_402 = (-dcse_196 * dcse_79);
+        const real dcse_403 = (cse_474 * cse_474);
+        const real dcse_404 = (((real)4.0) * cse_33 * dcse_194 * dcse_400);
+        const real dcse_405 = (cse_475 * dcse_402);
+        const real dcse_406 = (-dcse_220 * dcse_79);
+        const real dcse_407 = (cse_475 * dcse_406);
+        const real dcse_451 = (cse_475 * cse_478);
+        const real dcse_498 = ((cse_480 * dcse_451) + (cse_12 * dcse_451 * (cse_480 * cse_480)) - (p_E * dcse_398 * dcse_403));
+        if (V & 14) o_j[0 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_595 + (dcse_536 * dcse_579)) : MC_NAN;
+        if (V & 14) o_j[1 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_596 + (dcse_536 * dcse_580)) : MC_NAN;
+        if (V & 14) o_j[2 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_596 + (dcse_536 * dcse_581)) : MC_NAN;
+        if (V & 14) o_j[3 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_540) : MC_NAN;
+        if (V & 14) o_j[4 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_540) : MC_NAN;
+        if (V & 14) o_j[5 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_540) : MC_NAN;
+        if (V & 14) o_j[6 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_596 + (dcse_542 * dcse_579)) : MC_NAN;
+        if (V & 14) o_j[7 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_595 + (dcse_542 * dcse_580)) : MC_NAN;
+        if (V & 14) o_j[8 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_596 + (dcse_542 * dcse_581)) : MC_NAN;
+        if (V & 14) o_j[9 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_543) : MC_NAN;
+        if (V & 14) o_j[10 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_543) : MC_NAN;
+        if (V & 14) o_j[11 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_543) : MC_NAN;
+        if (V & 14) o_j[12 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_596 + (dcse_545 * dcse_579)) : MC_NAN;
+        if (V & 14) o_j[13 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_596 + (dcse_545 * dcse_580)) : MC_NAN;
+        if (V & 14) o_j[14 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_595 + (dcse_545 * dcse_581)) : MC_NAN;
+        if (V & 14) o_j[15 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_546) : MC_NAN;
+        if (V & 14) o_j[16 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_546) : MC_NAN;
+        if (V & 14) o_j[17 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_546) : MC_NAN;
+        if (V & 14) o_j[18 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_548 * dcse_579) : MC_NAN;
+        if (V & 14) o_j[19 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_548 * dcse_580) : MC_NAN;
+        if (V & 14) o_j[20 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_548 * dcse_581) : MC_NAN;
+        if (V & 14) o_j[21 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 + (p_E * (dcse_549 + (dcse_538 * (-(cse_18 * dcse_550) + (((real)4.0) * cse_19 * dcse_578 * dcse_582 * state_internal_dgamma)))))) : MC_NAN;
+        if (V & 14) o_j[22 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_551) : MC_NAN;
+        if (V & 14) o_j[23 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_551) : MC_NAN;
+        if (V & 14) o_j[24 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_553 * dcse_579) : MC_NAN;
+        if (V & 14) o_j[25 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_553 * dcse_580) : MC_NAN;
+        if (V & 14) o_j[26 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_553 * dcse_581) : MC_NAN;
+        if (V & 14) o_j[27 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_555) : MC_NAN;
+        if (V & 14) o_j[28 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 + (p_E * (dcse_549 + (dcse_538 * (-(cse_20 * dcse_554) + (((real)4.0) * cse_21 * dcse_578 * dcse_582 * state_internal_dgamma)))))) : MC_NAN;
+        if (V & 14) o_j[29 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_555) : MC_NAN;
+        if (V & 14) o_j[30 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_557 * dcse_579) : MC_NAN;
+        if (V & 14) o_j[31 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_557 * dcse_580) : MC_NAN;
+        if (V & 14) o_j[32 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_557 * dcse_581) : MC_NAN;
+        if (V & 14) o_j[33 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_559) : MC_NAN;
+        if (V & 14) o_j[34 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_559) : MC_NAN;
+        if (V & 14) o_j[35 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 + (p_E * (dcse_549 + (dcse_538 * (-(cse_22 * dcse_558) + (((real)4.0) * cse_23 * dcse_578 * dcse_582 * state_internal_dgamma)))))) : MC_NAN;
+        if (V & 12) o_j[36 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_67 * dcse_69) : MC_NAN;
+        if (V & 12) o_j[43 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_148 + (dcse_149 * dcse_483)) : MC_NAN;
+        if (V & 12) o_j[44 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_150 + (dcse_149 * dcse_484)) : MC_NAN;
+        if (V & 12) o_j[45 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_150 + (dcse_149 * dcse_485)) : MC_NAN;
+        if (V & 12) o_j[46 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_152) : MC_NAN;
+        if (V & 12) o_j[47 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_152) : MC_NAN;
+        if (V & 12) o_j[48 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_152) : MC_NAN;
+        if (V & 12) o_j[49 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_78 + (dcse_430 * dcse_86)) : MC_NAN;
+        if (V & 12) o_j[50 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_88 + (dcse_432 * dcse_86)) : MC_NAN;
+        if (V & 12) o_j[51 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_88 + (dcse_433 * dcse_86)) : MC_NAN;
+        if (V & 12) o_j[52 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_90) : MC_NAN;
+        if (V & 12) o_j[53 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_90) : MC_NAN;
+        if (V & 12) o_j[54 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_90) : MC_NAN;
+        if (V & 12) o_j[55 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_69 * dcse_70) : MC_NAN;
+        if (V & 12) o_j[62 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_150 + (dcse_153 * dcse_483)) : MC_NAN;
+        if (V & 12) o_j[63 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_148 + (dcse_153 * dcse_484)) : MC_NAN;
+        if (V & 12) o_j[64 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_150 + (dcse_153 * dcse_485)) : MC_NAN;
+        if (V & 12) o_j[65 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_155) : MC_NAN;
+        if (V & 12) o_j[66 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_155) : MC_NAN;
+        if (V & 12) o_j[67 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_155) : MC_NAN;
+        if (V & 12) o_j[68 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_88 + (dcse_430 * dcse_94)) : MC_NAN;
+        if (V & 12) o_j[69 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_78 + (dcse_432 * dcse_94)) : MC_NAN;
+        if (V & 12) o_j[70 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_88 + (dcse_433 * dcse_94)) : MC_NAN;
+        if (V & 12) o_j[71 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_95) : MC_NAN;
+        if (V & 12) o_j[72 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_95) : MC_NAN;
+        if (V & 12) o_j[73 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_95) : MC_NAN;
+        if (V & 12) o_j[74 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_69 * dcse_71) : MC_NAN;
+        if (V & 12) o_j[81 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_150 + (dcse_156 * dcse_483)) : MC_NAN;
+        if (V & 12) o_j[82 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_150 + (dcse_156 * dcse_484)) : MC_NAN;
+        if (V & 12) o_j[83 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_148 + (dcse_156 * dcse_485)) : MC_NAN;
+        if (V & 12) o_j[84 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_158) : MC_NAN;
+        if (V & 12) o_j[85 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_158) : MC_NAN;
+        if (V & 12) o_j[86 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_158) : MC_NAN;
+        if (V & 12) o_j[87 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_88 + (dcse_430 * dcse_98)) : MC_NAN;
+        if (V & 12) o_j[88 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_88 + (dcse_432 * dcse_98)) : MC_NAN;
+        if (V & 12) o_j[89 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_78 + (dcse_433 * dcse_98)) : MC_NAN;
+        if (V & 12) o_j[90 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_99) : MC_NAN;
+        if (V & 12) o_j[91 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_99) : MC_NAN;
+        if (V & 12) o_j[92 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_99) : MC_NAN;
+        if (V & 12) o_j[93 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_69 * dcse_72) : MC_NAN;
+        if (V & 12) o_j[94 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_139 * dcse_430) : MC_NAN;
+        if (V & 12) o_j[95 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_139 * dcse_432) : MC_NAN;
+        if (V & 12) o_j[96 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_139 * dcse_433) : MC_NAN;
+        if (V & 12) o_j[97 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_482 - (dcse_109 * dcse_89)) : MC_NAN;
+        if (V & 12) o_j[98 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_140) : MC_NAN;
+        if (V & 12) o_j[99 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_140) : MC_NAN;
+        if (V & 12) o_j[100 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_139 * dcse_483) : MC_NAN;
+        if (V & 12) o_j[101 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_139 * dcse_484) : MC_NAN;
+        if (V & 12) o_j[102 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_139 * dcse_485) : MC_NAN;
+        if (V & 12) o_j[103 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (nx_0 * (-dcse_160 + (dcse_163 * state_internal_dgamma))) : MC_NAN;
+        if (V & 12) o_j[104 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_165) : MC_NAN;
+        if (V & 12) o_j[105 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_165) : MC_NAN;
+        if (V & 12) o_j[109 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (p_E * (dcse_107 + dcse_110)) : MC_NAN;
+        if (V & 12) o_j[112 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_69 * dcse_73) : MC_NAN;
+        if (V & 12) o_j[113 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_141 * dcse_430) : MC_NAN;
+        if (V & 12) o_j[114 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_141 * dcse_432) : MC_NAN;
+        if (V & 12) o_j[115 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_141 * dcse_433) : MC_NAN;
+        if (V & 12) o_j[116 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_142) : MC_NAN;
+        if (V & 12) o_j[117 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_482 - (dcse_124 * dcse_89)) : MC_NAN;
+        if (V & 12) o_j[118 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_142) : MC_NAN;
+        if (V & 12) o_j[119 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_141 * dcse_483) : MC_NAN;
+        if (V & 12) o_j[120 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_141 * dcse_484) : MC_NAN;
+        if (V & 12) o_j[121 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_141 * dcse_485) : MC_NAN;
+        if (V & 12) o_j[122 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_168) : MC_NAN;
+        if (V & 12) o_j[123 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (nx_0 * (-dcse_169 + (dcse_170 * state_internal_dgamma))) : MC_NAN;
+        if (V & 12) o_j[124 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_168) : MC_NAN;
+        if (V & 12) o_j[129 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (p_E * (dcse_107 + dcse_125)) : MC_NAN;
+        if (V & 12) o_j[131 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_69 * dcse_74) : MC_NAN;
+        if (V & 12) o_j[132 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_143 * dcse_430) : MC_NAN;
+        if (V & 12) o_j[133 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_143 * dcse_432) : MC_NAN;
+        if (V & 12) o_j[134 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_143 * dcse_433) : MC_NAN;
+        if (V & 12) o_j[135 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_144) : MC_NAN;
+        if (V & 12) o_j[136 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_144) : MC_NAN;
+        if (V & 12) o_j[137 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_482 - (dcse_137 * dcse_89)) : MC_NAN;
+        if (V & 12) o_j[138 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_143 * dcse_483) : MC_NAN;
+        if (V & 12) o_j[139 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_143 * dcse_484) : MC_NAN;
+        if (V & 12) o_j[140 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_143 * dcse_485) : MC_NAN;
+        if (V & 12) o_j[141 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_173) : MC_NAN;
+        if (V & 12) o_j[142 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_173) : MC_NAN;
+        if (V & 12) o_j[143 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (nx_0 * (-dcse_174 + (dcse_175 * state_internal_dgamma))) : MC_NAN;
+        if (V & 12) o_j[149 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (p_E * (dcse_107 + dcse_138)) : MC_NAN;
+        if (V & 12) o_j[150 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)1.0) - (dcse_208 * dcse_69)) : MC_NAN;
+        if (V & 12) o_j[154 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_241) : MC_NAN;
+        if (V & 12) o_j[155 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_242) : MC_NAN;
+        if (V & 12) o_j[156 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_243) : MC_NAN;
+        if (V & 12) o_j[157 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_234 * dcse_483) : MC_NAN;
+        if (V & 12) o_j[158 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_234 * dcse_484) : MC_NAN;
+        if (V & 12) o_j[159 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_234 * dcse_485) : MC_NAN;
+        if (V & 12) o_j[160 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-cse_18 * dcse_245) : MC_NAN;
+        if (V & 12) o_j[161 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-cse_20 * dcse_245) : MC_NAN;
+        if (V & 12) o_j[162 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-cse_22 * dcse_245) : MC_NAN;
+        if (V & 12) o_j[163 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_235) : MC_NAN;
+        if (V & 12) o_j[164 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_236) : MC_NAN;
+        if (V & 12) o_j[165 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_237) : MC_NAN;
+        if (V & 12) o_j[169 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_246 * dcse_69) : MC_NAN;
+        if (V & 12) o_j[170 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_254 + (dcse_296 * dcse_430)) : MC_NAN;
+        if (V & 12) o_j[171 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_259 + (dcse_296 * dcse_432)) : MC_NAN;
+        if (V & 12) o_j[172 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_259 + (dcse_296 * dcse_433)) : MC_NAN;
+        if (V & 12) o_j[173 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_297) : MC_NAN;
+        if (V & 12) o_j[174 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_297) : MC_NAN;
+        if (V & 12) o_j[175 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_297) : MC_NAN;
+        if (V & 12) o_j[176 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_308 + (dcse_296 * dcse_483)) : MC_NAN;
+        if (V & 12) o_j[177 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_310 + (dcse_296 * dcse_484)) : MC_NAN;
+        if (V & 12) o_j[178 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_310 + (dcse_296 * dcse_485)) : MC_NAN;
+        if (V & 12) o_j[179 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_315) : MC_NAN;
+        if (V & 12) o_j[180 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_315) : MC_NAN;
+        if (V & 12) o_j[181 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_315) : MC_NAN;
+        if (V & 12) o_j[182 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_254 + (dcse_258 * dcse_430)) : MC_NAN;
+        if (V & 12) o_j[183 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_259 + (dcse_258 * dcse_432)) : MC_NAN;
+        if (V & 12) o_j[184 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_259 + (dcse_258 * dcse_433)) : MC_NAN;
+        if (V & 12) o_j[185 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_264) : MC_NAN;
+        if (V & 12) o_j[186 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_264) : MC_NAN;
+        if (V & 12) o_j[187 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_264) : MC_NAN;
+        if (V & 12) o_j[188 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_247 * dcse_69) : MC_NAN;
+        if (V & 12) o_j[189 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_259 + (dcse_298 * dcse_430)) : MC_NAN;
+        if (V & 12) o_j[190 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_254 + (dcse_298 * dcse_432)) : MC_NAN;
+        if (V & 12) o_j[191 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_259 + (dcse_298 * dcse_433)) : MC_NAN;
+        if (V & 12) o_j[192 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_299) : MC_NAN;
+        if (V & 12) o_j[193 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_299) : MC_NAN;
+        if (V & 12) o_j[194 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_299) : MC_NAN;
+        if (V & 12) o_j[195 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_310 + (dcse_298 * dcse_483)) : MC_NAN;
+        if (V & 12) o_j[196 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_308 + (dcse_298 * dcse_484)) : MC_NAN;
+        if (V & 12) o_j[197 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_310 + (dcse_298 * dcse_485)) : MC_NAN;
+        if (V & 12) o_j[198 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_317) : MC_NAN;
+        if (V & 12) o_j[199 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_317) : MC_NAN;
+        if (V & 12) o_j[200 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_317) : MC_NAN;
+        if (V & 12) o_j[201 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_259 + (dcse_267 * dcse_430)) : MC_NAN;
+        if (V & 12) o_j[202 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_254 + (dcse_267 * dcse_432)) : MC_NAN;
+        if (V & 12) o_j[203 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_259 + (dcse_267 * dcse_433)) : MC_NAN;
+        if (V & 12) o_j[204 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_269) : MC_NAN;
+        if (V & 12) o_j[205 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_269) : MC_NAN;
+        if (V & 12) o_j[206 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_269) : MC_NAN;
+        if (V & 12) o_j[207 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_248 * dcse_69) : MC_NAN;
+        if (V & 12) o_j[208 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_259 + (dcse_300 * dcse_430)) : MC_NAN;
+        if (V & 12) o_j[209 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_259 + (dcse_300 * dcse_432)) : MC_NAN;
+        if (V & 12) o_j[210 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_254 + (dcse_300 * dcse_433)) : MC_NAN;
+        if (V & 12) o_j[211 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_301) : MC_NAN;
+        if (V & 12) o_j[212 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_301) : MC_NAN;
+        if (V & 12) o_j[213 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_301) : MC_NAN;
+        if (V & 12) o_j[214 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_310 + (dcse_300 * dcse_483)) : MC_NAN;
+        if (V & 12) o_j[215 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_310 + (dcse_300 * dcse_484)) : MC_NAN;
+        if (V & 12) o_j[216 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_308 + (dcse_300 * dcse_485)) : MC_NAN;
+        if (V & 12) o_j[217 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_318) : MC_NAN;
+        if (V & 12) o_j[218 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_318) : MC_NAN;
+        if (V & 12) o_j[219 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_318) : MC_NAN;
+        if (V & 12) o_j[220 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_259 + (dcse_271 * dcse_430)) : MC_NAN;
+        if (V & 12) o_j[221 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_259 + (dcse_271 * dcse_432)) : MC_NAN;
+        if (V & 12) o_j[222 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_254 + (dcse_271 * dcse_433)) : MC_NAN;
+        if (V & 12) o_j[223 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_273) : MC_NAN;
+        if (V & 12) o_j[224 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_273) : MC_NAN;
+        if (V & 12) o_j[225 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_273) : MC_NAN;
+        if (V & 12) o_j[226 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_249 * dcse_69) : MC_NAN;
+        if (V & 12) o_j[227 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_302 * dcse_430) : MC_NAN;
+        if (V & 12) o_j[228 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_302 * dcse_432) : MC_NAN;
+        if (V & 12) o_j[229 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_302 * dcse_433) : MC_NAN;
+        if (V & 12) o_j[230 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_89 * (-dcse_278 + (dcse_261 * dcse_280))) : MC_NAN;
+        if (V & 12) o_j[231 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_303) : MC_NAN;
+        if (V & 12) o_j[232 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_303) : MC_NAN;
+        if (V & 12) o_j[233 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_302 * dcse_483) : MC_NAN;
+        if (V & 12) o_j[234 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_302 * dcse_484) : MC_NAN;
+        if (V & 12) o_j[235 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_302 * dcse_485) : MC_NAN;
+        if (V & 12) o_j[236 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_19 * dcse_320) + (nx_0 * (-dcse_319 - (((real)2.0) * cse_18 * dcse_274)))) : MC_NAN;
+        if (V & 12) o_j[237 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_321) : MC_NAN;
+        if (V & 12) o_j[238 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_321) : MC_NAN;
+        if (V & 12) o_j[239 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_277 * dcse_430) : MC_NAN;
+        if (V & 12) o_j[240 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_277 * dcse_432) : MC_NAN;
+        if (V & 12) o_j[241 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_277 * dcse_433) : MC_NAN;
+        if (V & 12) o_j[242 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_89 * (dcse_278 - (dcse_261 * dcse_280))) : MC_NAN;
+        if (V & 12) o_j[243 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_282) : MC_NAN;
+        if (V & 12) o_j[244 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_282) : MC_NAN;
+        if (V & 12) o_j[245 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_250 * dcse_69) : MC_NAN;
+        if (V & 12) o_j[246 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_304 * dcse_430) : MC_NAN;
+        if (V & 12) o_j[247 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_304 * dcse_432) : MC_NAN;
+        if (V & 12) o_j[248 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_304 * dcse_433) : MC_NAN;
+        if (V & 12) o_j[249 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_305) : MC_NAN;
+        if (V & 12) o_j[250 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_89 * (-dcse_288 + (dcse_261 * dcse_289))) : MC_NAN;
+        if (V & 12) o_j[251 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_305) : MC_NAN;
+        if (V & 12) o_j[252 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_304 * dcse_483) : MC_NAN;
+        if (V & 12) o_j[253 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_304 * dcse_484) : MC_NAN;
+        if (V & 12) o_j[254 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_304 * dcse_485) : MC_NAN;
+        if (V & 12) o_j[255 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_322) : MC_NAN;
+        if (V & 12) o_j[256 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_21 * dcse_320) + (nx_0 * (-dcse_319 - (((real)2.0) * cse_20 * dcse_283)))) : MC_NAN;
+        if (V & 12) o_j[257 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_322) : MC_NAN;
+        if (V & 12) o_j[258 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_285 * dcse_430) : MC_NAN;
+        if (V & 12) o_j[259 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_285 * dcse_432) : MC_NAN;
+        if (V & 12) o_j[260 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_285 * dcse_433) : MC_NAN;
+        if (V & 12) o_j[261 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_287) : MC_NAN;
+        if (V & 12) o_j[262 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_89 * (dcse_288 - (dcse_261 * dcse_289))) : MC_NAN;
+        if (V & 12) o_j[263 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_287) : MC_NAN;
+        if (V & 12) o_j[264 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_251 * dcse_69) : MC_NAN;
+        if (V & 12) o_j[265 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_306 * dcse_430) : MC_NAN;
+        if (V & 12) o_j[266 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_306 * dcse_432) : MC_NAN;
+        if (V & 12) o_j[267 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_306 * dcse_433) : MC_NAN;
+        if (V & 12) o_j[268 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_307) : MC_NAN;
+        if (V & 12) o_j[269 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_307) : MC_NAN;
+        if (V & 12) o_j[270 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_89 * (-dcse_294 + (dcse_261 * dcse_295))) : MC_NAN;
+        if (V & 12) o_j[271 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_306 * dcse_483) : MC_NAN;
+        if (V & 12) o_j[272 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_306 * dcse_484) : MC_NAN;
+        if (V & 12) o_j[273 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_306 * dcse_485) : MC_NAN;
+        if (V & 12) o_j[274 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_323) : MC_NAN;
+        if (V & 12) o_j[275 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_323) : MC_NAN;
+        if (V & 12) o_j[276 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_23 * dcse_320) + (nx_0 * (-dcse_319 - (((real)2.0) * cse_22 * dcse_290)))) : MC_NAN;
+        if (V & 12) o_j[277 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_291 * dcse_430) : MC_NAN;
+        if (V & 12) o_j[278 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_291 * dcse_432) : MC_NAN;
+        if (V & 12) o_j[279 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_291 * dcse_433) : MC_NAN;
+        if (V & 12) o_j[280 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_293) : MC_NAN;
+        if (V & 12) o_j[281 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_293) : MC_NAN;
+        if (V & 12) o_j[282 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_89 * (dcse_294 - (dcse_261 * dcse_295))) : MC_NAN;
+        if (V & 12) o_j[283 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_335 * dcse_69) : MC_NAN;
+        if (V & 12) o_j[287 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_342) : MC_NAN;
+        if (V & 12) o_j[288 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_344) : MC_NAN;
+        if (V & 12) o_j[289 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_345) : MC_NAN;
+        if (V & 12) o_j[290 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_336 * dcse_483) : MC_NAN;
+        if (V & 12) o_j[291 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_336 * dcse_484) : MC_NAN;
+        if (V & 12) o_j[292 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_336 * dcse_485) : MC_NAN;
+        if (V & 12) o_j[293 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-cse_18 * dcse_346) : MC_NAN;
+        if (V & 12) o_j[294 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-cse_20 * dcse_346) : MC_NAN;
+        if (V & 12) o_j[295 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-cse_22 * dcse_346) : MC_NAN;
+        if (V & 12) o_j[296 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_337) : MC_NAN;
+        if (V & 12) o_j[297 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_338) : MC_NAN;
+        if (V & 12) o_j[298 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_339) : MC_NAN;
+        if (V & 12) o_j[302 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_472) : MC_NAN;
+        if (V & 12) o_j[304 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_348 * dcse_69) : MC_NAN;
+        if (V & 12) o_j[305 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_482 * (-dcse_508 - dcse_514)) - (dcse_450 * dcse_502)) : MC_NAN;
+        if (V & 12) o_j[306 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_482 * (-dcse_509 - dcse_515)) - (dcse_450 * dcse_503)) : MC_NAN;
+        if (V & 12) o_j[307 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_482 * (-dcse_510 - dcse_516)) - (dcse_450 * dcse_504)) : MC_NAN;
+        if (V & 12) o_j[308 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_482 * (-dcse_511 - dcse_517)) - (dcse_450 * dcse_505)) : MC_NAN;
+        if (V & 12) o_j[309 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_482 * (-dcse_512 - dcse_518)) - (dcse_450 * dcse_506)) : MC_NAN;
+        if (V & 12) o_j[310 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_482 * (-dcse_513 - dcse_519)) - (dcse_450 * dcse_507)) : MC_NAN;
+        if (V & 12) o_j[311 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_383 + (dcse_384 * dcse_483)) : MC_NAN;
+        if (V & 12) o_j[312 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_385 + (dcse_384 * dcse_484)) : MC_NAN;
+        if (V & 12) o_j[313 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_385 + (dcse_384 * dcse_485)) : MC_NAN;
+        if (V & 12) o_j[314 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_387) : MC_NAN;
+        if (V & 12) o_j[315 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_387) : MC_NAN;
+        if (V & 12) o_j[316 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_387) : MC_NAN;
+        if (V & 12) o_j[317 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_349 * dcse_69) : MC_NAN;
+        if (V & 12) o_j[318 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_482 * (-dcse_502 - dcse_514)) - (dcse_450 * dcse_508)) : MC_NAN;
+        if (V & 12) o_j[319 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_482 * (-dcse_503 - dcse_515)) - (dcse_450 * dcse_509)) : MC_NAN;
+        if (V & 12) o_j[320 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_482 * (-dcse_504 - dcse_516)) - (dcse_450 * dcse_510)) : MC_NAN;
+        if (V & 12) o_j[321 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_482 * (-dcse_505 - dcse_517)) - (dcse_450 * dcse_511)) : MC_NAN;
+        if (V & 12) o_j[322 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_482 * (-dcse_506 - dcse_518)) - (dcse_450 * dcse_512)) : MC_NAN;
+        if (V & 12) o_j[323 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_482 * (-dcse_507 - dcse_519)) - (dcse_450 * dcse_513)) : MC_NAN;
+        if (V & 12) o_j[324 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_385 + (dcse_388 * dcse_483)) : MC_NAN;
+        if (V & 12) o_j[325 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_383 + (dcse_388 * dcse_484)) : MC_NAN;
+        if (V & 12) o_j[326 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_385 + (dcse_388 * dcse_485)) : MC_NAN;
+        if (V & 12) o_j[327 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_389) : MC_NAN;
+        if (V & 12) o_j[328 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_389) : MC_NAN;
+        if (V & 12) o_j[329 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_389) : MC_NAN;
+        if (V & 12) o_j[330 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_350 * dcse_69) : MC_NAN;
+        if (V & 12) o_j[331 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_482 * (-dcse_502 - dcse_508)) - (dcse_450 * dcse_514)) : MC_NAN;
+        if (V & 12) o_j[332 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_482 * (-dcse_503 - dcse_509)) - (dcse_450 * dcse_515)) : MC_NAN;
+        if (V & 12) o_j[333 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_482 * (-dcse_504 - dcse_510)) - (dcse_450 * dcse_516)) : MC_NAN;
+        if (V & 12) o_j[334 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_482 * (-dcse_505 - dcse_511)) - (dcse_450 * dcse_517)) : MC_NAN;
+        if (V & 12) o_j[335 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_482 * (-dcse_506 - dcse_512)) - (dcse_450 * dcse_518)) : MC_NAN;
+        if (V & 12) o_j[336 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_482 * (-dcse_507 - dcse_513)) - (dcse_450 * dcse_519)) : MC_NAN;
+        if (V & 12) o_j[337 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_385 + (dcse_390 * dcse_483)) : MC_NAN;
+        if (V & 12) o_j[338 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_385 + (dcse_390 * dcse_484)) : MC_NAN;
+        if (V & 12) o_j[339 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_383 + (dcse_390 * dcse_485)) : MC_NAN;
+        if (V & 12) o_j[340 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_391) : MC_NAN;
+        if (V & 12) o_j[341 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_391) : MC_NAN;
+        if (V & 12) o_j[342 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_391) : MC_NAN;
+        if (V & 12) o_j[343 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_351 * dcse_69) : MC_NAN;
+        if (V & 12) o_j[344 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_103) : MC_NAN;
+        if (V & 12) o_j[345 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_104) : MC_NAN;
+        if (V & 12) o_j[346 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_105) : MC_NAN;
+        if (V & 12) o_j[347 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_381 + (dcse_110 * dcse_382)) : MC_NAN;
+        if (V & 12) o_j[348 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_113) : MC_NAN;
+        if (V & 12) o_j[349 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_114) : MC_NAN;
+        if (V & 12) o_j[350 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_392 * dcse_483) : MC_NAN;
+        if (V & 12) o_j[351 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_392 * dcse_484) : MC_NAN;
+        if (V & 12) o_j[352 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_392 * dcse_485) : MC_NAN;
+        if (V & 12) o_j[353 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_386 * (dcse_160 - (dcse_163 * state_internal_dgamma))) : MC_NAN;
+        if (V & 12) o_j[354 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_393) : MC_NAN;
+        if (V & 12) o_j[355 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_393) : MC_NAN;
+        if (V & 12) o_j[356 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_352 * dcse_69) : MC_NAN;
+        if (V & 12) o_j[357 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_118) : MC_NAN;
+        if (V & 12) o_j[358 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_119) : MC_NAN;
+        if (V & 12) o_j[359 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_120) : MC_NAN;
+        if (V & 12) o_j[360 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_123) : MC_NAN;
+        if (V & 12) o_j[361 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_381 + (dcse_125 * dcse_382)) : MC_NAN;
+        if (V & 12) o_j[362 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_126) : MC_NAN;
+        if (V & 12) o_j[363 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_394 * dcse_483) : MC_NAN;
+        if (V & 12) o_j[364 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_394 * dcse_484) : MC_NAN;
+        if (V & 12) o_j[365 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_394 * dcse_485) : MC_NAN;
+        if (V & 12) o_j[366 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_395) : MC_NAN;
+        if (V & 12) o_j[367 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_386 * (dcse_169 - (dcse_170 * state_internal_dgamma))) : MC_NAN;
+        if (V & 12) o_j[368 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_22 * dcse_395) : MC_NAN;
+        if (V & 12) o_j[369 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_353 * dcse_69) : MC_NAN;
+        if (V & 12) o_j[370 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_130) : MC_NAN;
+        if (V & 12) o_j[371 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_131) : MC_NAN;
+        if (V & 12) o_j[372 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_132) : MC_NAN;
+        if (V & 12) o_j[373 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_135) : MC_NAN;
+        if (V & 12) o_j[374 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_136) : MC_NAN;
+        if (V & 12) o_j[375 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_381 + (dcse_138 * dcse_382)) : MC_NAN;
+        if (V & 12) o_j[376 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_396 * dcse_483) : MC_NAN;
+        if (V & 12) o_j[377 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_396 * dcse_484) : MC_NAN;
+        if (V & 12) o_j[378 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_396 * dcse_485) : MC_NAN;
+        if (V & 12) o_j[379 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_18 * dcse_397) : MC_NAN;
+        if (V & 12) o_j[380 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_20 * dcse_397) : MC_NAN;
+        if (V & 12) o_j[381 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_386 * (dcse_174 - (dcse_175 * state_internal_dgamma))) : MC_NAN;
+        if (V & 8) o_j[382 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_178 * dcse_475) + (dcse_182 * state_internal_dgamma)) : MC_NAN;
+        if (V & 8) o_j[383 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_197 * dcse_475) + (state_internal_dgamma * (-dcse_202 - (cse_11 * dcse_200)))) : MC_NAN;
+        if (V & 8) o_j[384 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_67) : MC_NAN;
+        if (V & 8) o_j[385 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_209 * dcse_475) : MC_NAN;
+        if (V & 8) o_j[386 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_222 + (cse_8 * dcse_217) + (dcse_221 * dcse_475)) : MC_NAN;
+        if (V & 8) o_j[387 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_452 * dcse_67) : MC_NAN;
+        if (V & 8) o_j[388 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_233 * dcse_67) : MC_NAN;
+        if (V & 8) o_j[389 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_178 * dcse_476) + (dcse_184 * state_internal_dgamma)) : MC_NAN;
+        if (V & 8) o_j[390 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_197 * dcse_476) + (state_internal_dgamma * (-dcse_203 - (cse_30 * dcse_200)))) : MC_NAN;
+        if (V & 8) o_j[391 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_70) : MC_NAN;
+        if (V & 8) o_j[392 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_210) : MC_NAN;
+        if (V & 8) o_j[393 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_223 + (dcse_221 * dcse_476)) : MC_NAN;
+        if (V & 8) o_j[394 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_228) : MC_NAN;
+        if (V & 8) o_j[395 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_233 * dcse_70) : MC_NAN;
+        if (V & 8) o_j[396 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_178 * dcse_477) + (dcse_186 * state_internal_dgamma)) : MC_NAN;
+        if (V & 8) o_j[397 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_197 * dcse_477) + (state_internal_dgamma * (-dcse_204 - (cse_27 * dcse_200)))) : MC_NAN;
+        if (V & 8) o_j[398 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_71) : MC_NAN;
+        if (V & 8) o_j[399 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_211) : MC_NAN;
+        if (V & 8) o_j[400 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_224 + (dcse_221 * dcse_477)) : MC_NAN;
+        if (V & 8) o_j[401 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_229) : MC_NAN;
+        if (V & 8) o_j[402 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_233 * dcse_71) : MC_NAN;
+        if (V & 8) o_j[403 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_178 * dcse_478) + (dcse_188 * state_internal_dgamma)) : MC_NAN;
+        if (V & 8) o_j[404 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_197 * dcse_478) + (state_internal_dgamma * (-dcse_205 - (cse_3 * dcse_200)))) : MC_NAN;
+        if (V & 8) o_j[405 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_72) : MC_NAN;
+        if (V & 8) o_j[406 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_212) : MC_NAN;
+        if (V & 8) o_j[407 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_225 + (dcse_217 * old_state_internal_X_3) + (dcse_221 * dcse_478)) : MC_NAN;
+        if (V & 8) o_j[408 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_230) : MC_NAN;
+        if (V & 8) o_j[409 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_233 * dcse_72) : MC_NAN;
+        if (V & 8) o_j[410 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_178 * dcse_479) + (dcse_190 * state_internal_dgamma)) : MC_NAN;
+        if (V & 8) o_j[411 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_197 * dcse_479) + (state_internal_dgamma * (-dcse_206 - (cse_4 * dcse_200)))) : MC_NAN;
+        if (V & 8) o_j[412 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_73) : MC_NAN;
+        if (V & 8) o_j[413 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_213) : MC_NAN;
+        if (V & 8) o_j[414 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_226 + (dcse_217 * old_state_internal_X_4) + (dcse_221 * dcse_479)) : MC_NAN;
+        if (V & 8) o_j[415 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_231) : MC_NAN;
+        if (V & 8) o_j[416 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_233 * dcse_73) : MC_NAN;
+        if (V & 8) o_j[417 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_178 * dcse_480) + (dcse_192 * state_internal_dgamma)) : MC_NAN;
+        if (V & 8) o_j[418 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_197 * dcse_480) + (state_internal_dgamma * (-dcse_207 - (cse_5 * dcse_200)))) : MC_NAN;
+        if (V & 8) o_j[419 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_74) : MC_NAN;
+        if (V & 8) o_j[420 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_214) : MC_NAN;
+        if (V & 8) o_j[421 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_227 + (dcse_217 * old_state_internal_X_5) + (dcse_221 * dcse_480)) : MC_NAN;
+        if (V & 8) o_j[422 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_232) : MC_NAN;
+        if (V & 8) o_j[423 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_233 * dcse_74) : MC_NAN;
+        if (V & 8) o_j[424 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_64 * (-(((real)0.3333333333333333) * dcse_176) + (dcse_500 * (-(((real)0.3333333333333333) * dcse_106) + (((real)0.3333333333333333) * dcse_418 * dcse_486))))) : MC_NAN;
+        if (V & 8) o_j[425 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_65 * ((((real)0.3333333333333333) * dcse_193) + (((real)1.3333333333333333) * dcse_195))) : MC_NAN;
+        if (V & 8) o_j[426 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_208) : MC_NAN;
+        if (V & 8) o_j[427 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-((real)0.2222222222222222) * dcse_145 * dcse_65) : MC_NAN;
+        if (V & 8) o_j[428 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_65 * ((((real)0.3333333333333333) * dcse_218) + (((real)0.3333333333333333) * dcse_219))) : MC_NAN;
+        if (V & 8) o_j[429 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_208 * dcse_452) : MC_NAN;
+        if (V & 8) o_j[430 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_208 * dcse_233) : MC_NAN;
+        if (V & 8) o_j[431 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_145 * ((dcse_324 * dcse_325) - (cse_49 * dcse_181))) + (dcse_178 * dcse_489)) : MC_NAN;
+        if (V & 8) o_j[432 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_145 * (-(cse_49 * dcse_202) - (dcse_324 * dcse_327))) + (dcse_197 * dcse_489)) : MC_NAN;
+        if (V & 8) o_j[433 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_246) : MC_NAN;
+        if (V & 8) o_j[434 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (nx_0 * ((((real)0.6666666666666666) * cse_35) - (dcse_329 * dcse_489))) : MC_NAN;
+        if (V & 8) o_j[435 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_221 * dcse_489) - (cse_50 * dcse_312) - (dcse_330 * dcse_331)) : MC_NAN;
+        if (V & 8) o_j[436 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_246 * dcse_452) : MC_NAN;
+        if (V & 8) o_j[437 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_233 * dcse_246) : MC_NAN;
+        if (V & 8) o_j[438 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_145 * ((cse_30 * dcse_326) - (cse_49 * dcse_183))) + (dcse_178 * dcse_490)) : MC_NAN;
+        if (V & 8) o_j[439 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_145 * (-(cse_30 * dcse_328) - (cse_49 * dcse_203))) + (dcse_197 * dcse_490)) : MC_NAN;
+        if (V & 8) o_j[440 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_247) : MC_NAN;
+        if (V & 8) o_j[441 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (nx_0 * ((((real)0.6666666666666666) * cse_37) - (dcse_329 * dcse_490))) : MC_NAN;
+        if (V & 8) o_j[442 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_221 * dcse_490) + (dcse_223 * dcse_331) - (cse_51 * dcse_312)) : MC_NAN;
+        if (V & 8) o_j[443 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_247 * dcse_452) : MC_NAN;
+        if (V & 8) o_j[444 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_233 * dcse_247) : MC_NAN;
+        if (V & 8) o_j[445 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_145 * ((cse_27 * dcse_326) - (cse_49 * dcse_185))) + (dcse_178 * dcse_491)) : MC_NAN;
+        if (V & 8) o_j[446 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_145 * (-(cse_27 * dcse_328) - (cse_49 * dcse_204))) + (dcse_197 * dcse_491)) : MC_NAN;
+        if (V & 8) o_j[447 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_248) : MC_NAN;
+        if (V & 8) o_j[448 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (nx_0 * ((((real)0.6666666666666666) * cse_39) - (dcse_329 * dcse_491))) : MC_NAN;
+        if (V & 8) o_j[449 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_221 * dcse_491) + (dcse_224 * dcse_331) - (cse_52 * dcse_312)) : MC_NAN;
+        if (V & 8) o_j[450 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_248 * dcse_452) : MC_NAN;
+        if (V & 8) o_j[451 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_233 * dcse_248) : MC_NAN;
+        if (V & 8) o_j[452 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_145 * ((cse_3 * dcse_326) - (cse_49 * dcse_187))) + (dcse_178 * dcse_492)) : MC_NAN;
+        if (V & 8) o_j[453 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_145 * (-(cse_3 * dcse_328) - (cse_49 * dcse_205))) + (dcse_197 * dcse_492)) : MC_NAN;
+        if (V & 8) o_j[454 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_249) : MC_NAN;
+        if (V & 8) o_j[455 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (nx_0 * ((((real)0.6666666666666666) * cse_41) - (dcse_329 * dcse_492))) : MC_NAN;
+        if (V & 8) o_j[456 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_221 * dcse_492) - (cse_53 * dcse_312) - (dcse_331 * dcse_332)) : MC_NAN;
+        if (V & 8) o_j[457 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_249 * dcse_452) : MC_NAN;
+        if (V & 8) o_j[458 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_233 * dcse_249) : MC_NAN;
+        if (V & 8) o_j[459 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_145 * ((cse_4 * dcse_326) - (cse_49 * dcse_189))) + (dcse_178 * dcse_493)) : MC_NAN;
+        if (V & 8) o_j[460 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_145 * (-(cse_4 * dcse_328) - (cse_49 * dcse_206))) + (dcse_197 * dcse_493)) : MC_NAN;
+        if (V & 8) o_j[461 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_250) : MC_NAN;
+        if (V & 8) o_j[462 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (nx_0 * ((((real)0.6666666666666666) * cse_43) - (dcse_329 * dcse_493))) : MC_NAN;
+        if (V & 8) o_j[463 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_221 * dcse_493) - (cse_54 * dcse_312) - (dcse_331 * dcse_333)) : MC_NAN;
+        if (V & 8) o_j[464 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_250 * dcse_452) : MC_NAN;
+        if (V & 8) o_j[465 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_233 * dcse_250) : MC_NAN;
+        if (V & 8) o_j[466 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_145 * ((cse_5 * dcse_326) - (cse_49 * dcse_191))) + (dcse_178 * dcse_494)) : MC_NAN;
+        if (V & 8) o_j[467 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_145 * (-(cse_49 * dcse_207) - (cse_5 * dcse_328))) + (dcse_197 * dcse_494)) : MC_NAN;
+        if (V & 8) o_j[468 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_251) : MC_NAN;
+        if (V & 8) o_j[469 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (nx_0 * ((((real)0.6666666666666666) * cse_45) - (dcse_329 * dcse_494))) : MC_NAN;
+        if (V & 8) o_j[470 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_221 * dcse_494) - (cse_55 * dcse_312) - (dcse_331 * dcse_334)) : MC_NAN;
+        if (V & 8) o_j[471 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_251 * dcse_452) : MC_NAN;
+        if (V & 8) o_j[472 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_233 * dcse_251) : MC_NAN;
+        if (V & 8) o_j[473 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_178 * dcse_497) : MC_NAN;
+        if (V & 8) o_j[474 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_197 * dcse_497) : MC_NAN;
+        if (V & 8) o_j[475 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_335) : MC_NAN;
+        if (V & 8) o_j[476 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_209 * dcse_497) : MC_NAN;
+        if (V & 8) o_j[477 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_221 * dcse_497) : MC_NAN;
+        if (V & 8) o_j[478 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_335 * dcse_452) : MC_NAN;
+        if (V & 8) o_j[479 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-dcse_233 * dcse_335) : MC_NAN;
+        if (V & 8) o_j[480 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_474 * (cse_472 + dcse_398)) + (dcse_347 * dcse_399) - (dcse_182 * dcse_400)) : MC_NAN;
+        if (V & 8) o_j[481 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_498 + (p_E * ((cse_11 * dcse_404) - (cse_472 * dcse_403))) + (dcse_202 * dcse_400) + (dcse_347 * dcse_402)) : MC_NAN;
+        if (V & 8) o_j[483 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_209 * dcse_347) : MC_NAN;
+        if (V & 8) o_j[484 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_475 * dcse_330) + (dcse_347 * dcse_406)) : MC_NAN;
+        if (V & 8) o_j[485 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_348 * dcse_452) : MC_NAN;
+        if (V & 8) o_j[486 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_233 * dcse_348) : MC_NAN;
+        if (V & 8) o_j[487 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_474 * (cse_476 + dcse_398)) + (dcse_401 * dcse_476) - (dcse_184 * dcse_400)) : MC_NAN;
+        if (V & 8) o_j[488 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_498 + (p_E * ((cse_30 * dcse_404) - (cse_476 * dcse_403))) + (dcse_203 * dcse_400) + (dcse_405 * dcse_476)) : MC_NAN;
+        if (V & 8) o_j[490 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_210) : MC_NAN;
+        if (V & 8) o_j[491 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_407 * dcse_476) - (cse_475 * dcse_223)) : MC_NAN;
+        if (V & 8) o_j[492 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_228) : MC_NAN;
+        if (V & 8) o_j[493 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_233 * dcse_349) : MC_NAN;
+        if (V & 8) o_j[494 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_474 * (cse_477 + dcse_398)) + (dcse_401 * dcse_477) - (dcse_186 * dcse_400)) : MC_NAN;
+        if (V & 8) o_j[495 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_498 + (p_E * ((cse_27 * dcse_404) - (cse_477 * dcse_403))) + (dcse_204 * dcse_400) + (dcse_405 * dcse_477)) : MC_NAN;
+        if (V & 8) o_j[497 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_211) : MC_NAN;
+        if (V & 8) o_j[498 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((dcse_407 * dcse_477) - (cse_475 * dcse_224)) : MC_NAN;
+        if (V & 8) o_j[499 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_229) : MC_NAN;
+        if (V & 8) o_j[500 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_233 * dcse_350) : MC_NAN;
+        if (V & 8) o_j[501 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_474 * cse_484) + (dcse_401 * dcse_478) - (dcse_188 * dcse_400)) : MC_NAN;
+        if (V & 8) o_j[502 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((p_E * ((cse_3 * dcse_404) - (cse_484 * dcse_403))) + (dcse_205 * dcse_400) + (dcse_405 * dcse_478)) : MC_NAN;
+        if (V & 8) o_j[504 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_212) : MC_NAN;
+        if (V & 8) o_j[505 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_475 * dcse_332) + (dcse_407 * dcse_478)) : MC_NAN;
+        if (V & 8) o_j[506 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_230) : MC_NAN;
+        if (V & 8) o_j[507 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_233 * dcse_351) : MC_NAN;
+        if (V & 8) o_j[508 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_474 * cse_485) + (dcse_401 * dcse_479) - (dcse_190 * dcse_400)) : MC_NAN;
+        if (V & 8) o_j[509 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((p_E * ((cse_4 * dcse_404) - (cse_485 * dcse_403))) + (dcse_206 * dcse_400) + (dcse_405 * dcse_479)) : MC_NAN;
+        if (V & 8) o_j[511 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_213) : MC_NAN;
+        if (V & 8) o_j[512 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_475 * dcse_333) + (dcse_407 * dcse_479)) : MC_NAN;
+        if (V & 8) o_j[513 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_231) : MC_NAN;
+        if (V & 8) o_j[514 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_233 * dcse_352) : MC_NAN;
+        if (V & 8) o_j[515 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_474 * cse_486) + (dcse_401 * dcse_480) - (dcse_192 * dcse_400)) : MC_NAN;
+        if (V & 8) o_j[516 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((p_E * ((cse_5 * dcse_404) - (cse_486 * dcse_403))) + (dcse_207 * dcse_400) + (dcse_405 * dcse_480)) : MC_NAN;
+        if (V & 8) o_j[518 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_214) : MC_NAN;
+        if (V & 8) o_j[519 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_475 * dcse_334) + (dcse_407 * dcse_480)) : MC_NAN;
+        if (V & 8) o_j[520 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_475 * dcse_232) : MC_NAN;
+        if (V & 8) o_j[521 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (dcse_233 * dcse_353) : MC_NAN;
         o_c[l] = j2_voce_af_radial_return_solve_converged;
         o_it[l] = j2_voce_af_radial_return_solve_iterations;
         o_r[l] = j2_voce_af_radial_return_solve_residual_norm;

@@ -208,419 +208,233 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     state_S_4 = (cse_215 * cse_228)
     state_S_5 = (cse_215 * cse_229)
     if V & 14:  # tangent, jacobian, total
-        cse_43 = (0.3333333333333333 * cse_35)
-        cse_44 = (p_A * p_n * nx_1)
-        cse_45 = (cse_21 * cse_44)
-        cse_46 = (0.5 * cse_34)
-        cse_47 = (cse_45 * cse_46)
-        cse_48 = (cse_20 * cse_47)
-        cse_49 = (cse_29 + cse_31 - (1.3333333333333333 * cse_0))
-        cse_50 = _sdiv(1.0, (2.0 * cse_33))
-        cse_51 = (2.449489742783178 * cse_23 * torch.where(nx_0 == 0.0, 0.0, cse_50) * torch.where(nx_0 == 0.0, 0.0, _sdiv(1.0, (cse_33 * cse_33))))
-        cse_52 = (cse_20 * cse_51)
-        cse_53 = (0.5 * cse_52)
-        cse_55 = (0.16666666666666666 * cse_35)
-        cse_56 = (cse_17 + cse_31 - (1.3333333333333333 * cse_1))
-        cse_58 = (cse_17 + cse_29 - (1.3333333333333333 * cse_2))
-        cse_60 = (cse_14 * cse_52)
-        cse_62 = (cse_15 * cse_52)
-        cse_64 = (cse_16 * cse_52)
-        cse_66 = (cse_30 * cse_47)
-        cse_67 = (cse_30 * cse_51)
-        cse_68 = (0.5 * cse_67)
-        cse_72 = (cse_14 * cse_67)
-        cse_74 = (cse_15 * cse_67)
-        cse_76 = (cse_16 * cse_67)
-        cse_78 = (cse_32 * cse_47)
-        cse_79 = (cse_32 * cse_51)
-        cse_80 = (0.5 * cse_79)
-        cse_84 = (cse_14 * cse_79)
-        cse_86 = (cse_15 * cse_79)
-        cse_88 = (cse_16 * cse_79)
-        cse_90 = (cse_14 * cse_47)
-        cse_91 = (cse_14 * cse_51)
-        cse_92 = (0.5 * cse_91)
-        cse_96 = (cse_25 * cse_51)
-        cse_98 = (cse_15 * cse_91)
-        cse_100 = (cse_16 * cse_91)
-        cse_102 = (cse_15 * cse_47)
-        cse_103 = (cse_15 * cse_51)
-        cse_104 = (0.5 * cse_103)
-        cse_109 = (cse_26 * cse_51)
-        cse_111 = (cse_103 * cse_16)
-        cse_113 = (cse_16 * cse_47)
-        cse_114 = (0.5 * cse_16 * cse_51)
-        cse_120 = (cse_27 * cse_51)
-        cse_230 = (-cse_215)
-        cse_231 = (cse_215 + cse_223)
-        cse_232 = (-cse_215)
-        cse_258 = (2.0 + cse_219)
-        cse_259 = (1.0 / cse_258)
-        cse_260 = (3.0 * cse_259)
-        cse_261 = (p_E * cse_260)
-        cse_262 = (2.449489742783178 * cse_259)
-        cse_263 = (p_E * cse_262 * cse_50)
-        cse_264 = (2.0 * cse_263)
-        cse_265 = (cse_14 * cse_264)
-        cse_266 = (cse_15 * cse_264)
-        cse_267 = (cse_16 * cse_264)
-        # linear solve 1: 1x1, 6 right-hand side(s), unrolled over structural nonzeros
-        ls1_1 = (-1.0 - (cse_261 * cse_45))
-        ls1_2 = (1.0 / ls1_1)
-        ls1_3 = (-cse_263 * cse_49)
-        ls1_4 = (-cse_263 * cse_56)
-        ls1_5 = (-cse_263 * cse_58)
-        ls1_6 = (-cse_265)
-        ls1_7 = (-cse_266)
-        ls1_8 = (-cse_267)
-        ls1_9 = (ls1_3 * ls1_2)
-        ls1_10 = (ls1_4 * ls1_2)
-        ls1_11 = (ls1_5 * ls1_2)
-        ls1_12 = (ls1_6 * ls1_2)
-        ls1_13 = (ls1_7 * ls1_2)
-        ls1_14 = (ls1_8 * ls1_2)
-        d1 = ls1_9
-        d2 = ls1_10
-        d3 = ls1_11
-        d4 = ls1_12
-        d5 = ls1_13
-        d6 = ls1_14
-        d7 = (cse_43 + (cse_48 * d1) - (cse_49 * cse_53))
-        d8 = (-cse_55 + (cse_48 * d2) - (cse_53 * cse_56))
-        d9 = (-cse_55 + (cse_48 * d3) - (cse_53 * cse_58))
-        d10 = (-cse_60 + (cse_48 * d4))
-        d11 = (-cse_62 + (cse_48 * d5))
-        d12 = (-cse_64 + (cse_48 * d6))
-        d13 = (-cse_55 + (cse_66 * d1) - (cse_49 * cse_68))
-        d14 = (cse_43 + (cse_66 * d2) - (cse_56 * cse_68))
-        d15 = (-cse_55 + (cse_66 * d3) - (cse_58 * cse_68))
-        d16 = (-cse_72 + (cse_66 * d4))
-        d17 = (-cse_74 + (cse_66 * d5))
-        d18 = (-cse_76 + (cse_66 * d6))
-        d19 = (-cse_55 + (cse_78 * d1) - (cse_49 * cse_80))
-        d20 = (-cse_55 + (cse_78 * d2) - (cse_56 * cse_80))
-        d21 = (cse_43 + (cse_78 * d3) - (cse_58 * cse_80))
-        d22 = (-cse_84 + (cse_78 * d4))
-        d23 = (-cse_86 + (cse_78 * d5))
-        d24 = (-cse_88 + (cse_78 * d6))
-        d25 = ((cse_90 * d1) - (cse_49 * cse_92))
-        d26 = ((cse_90 * d2) - (cse_56 * cse_92))
-        d27 = ((cse_90 * d3) - (cse_58 * cse_92))
-        d28 = (cse_36 - cse_96 + (cse_90 * d4))
-        d29 = (-cse_98 + (cse_90 * d5))
-        d30 = (-cse_100 + (cse_90 * d6))
-        d31 = ((cse_102 * d1) - (cse_104 * cse_49))
-        d32 = ((cse_102 * d2) - (cse_104 * cse_56))
-        d33 = ((cse_102 * d3) - (cse_104 * cse_58))
-        d34 = (-cse_98 + (cse_102 * d4))
-        d35 = (cse_36 - cse_109 + (cse_102 * d5))
-        d36 = (-cse_111 + (cse_102 * d6))
-        d37 = ((cse_113 * d1) - (cse_114 * cse_49))
-        d38 = ((cse_113 * d2) - (cse_114 * cse_56))
-        d39 = ((cse_113 * d3) - (cse_114 * cse_58))
-        d40 = (-cse_100 + (cse_113 * d4))
-        d41 = (-cse_111 + (cse_113 * d5))
-        d42 = (cse_36 - cse_120 + (cse_113 * d6))
-        d43 = (cse_231 + (cse_230 * d7))
-        d44 = (cse_223 + (cse_230 * d8))
-        d45 = (cse_223 + (cse_230 * d9))
-        d46 = (cse_230 * d10)
-        d47 = (cse_230 * d11)
-        d48 = (cse_230 * d12)
-        d49 = (cse_223 + (cse_230 * d13))
-        d50 = (cse_231 + (cse_230 * d14))
-        d51 = (cse_223 + (cse_230 * d15))
-        d52 = (cse_230 * d16)
-        d53 = (cse_230 * d17)
-        d54 = (cse_230 * d18)
-        d55 = (cse_223 + (cse_230 * d19))
-        d56 = (cse_223 + (cse_230 * d20))
-        d57 = (cse_231 + (cse_230 * d21))
-        d58 = (cse_230 * d22)
-        d59 = (cse_230 * d23)
-        d60 = (cse_230 * d24)
-        d61 = (cse_232 * d25)
-        d62 = (cse_232 * d26)
-        d63 = (cse_232 * d27)
-        d64 = (cse_215 + (cse_232 * d28))
-        d65 = (cse_232 * d29)
-        d66 = (cse_232 * d30)
-        d67 = (cse_232 * d31)
-        d68 = (cse_232 * d32)
-        d69 = (cse_232 * d33)
-        d70 = (cse_232 * d34)
-        d71 = (cse_215 + (cse_232 * d35))
-        d72 = (cse_232 * d36)
-        d73 = (cse_232 * d37)
-        d74 = (cse_232 * d38)
-        d75 = (cse_232 * d39)
-        d76 = (cse_232 * d40)
-        d77 = (cse_232 * d41)
-        d78 = (cse_215 + (cse_232 * d42))
+        dcse_258 = (2.449489742783178 * cse_215)
+        dcse_259 = (cse_20 * dcse_258)
+        dcse_281 = (2.0 + cse_219)
+        dcse_286 = (1.0 / dcse_281)
+        dcse_270 = (p_A * p_E * p_n * cse_21 * dcse_286 * nx_1)
+        dcse_282 = _sdiv(1.0, (2.0 * cse_33))
+        dcse_287 = (1.0 / (-1.0 - (3.0 * dcse_270)))
+        dcse_271 = (cse_34 * dcse_270 * dcse_282 * dcse_287)
+        dcse_272 = (cse_23 * torch.where(nx_0 == 0.0, 0.0, dcse_282) * torch.where(nx_0 == 0.0, 0.0, _sdiv(1.0, (cse_33 * cse_33))))
+        dcse_288 = ((0.5 * dcse_271) + (0.5 * dcse_272))
+        dcse_260 = (dcse_259 * dcse_288)
+        dcse_289 = (dcse_271 + dcse_272)
+        dcse_261 = (dcse_259 * dcse_289)
+        dcse_262 = (cse_30 * dcse_258)
+        dcse_263 = (dcse_262 * dcse_288)
+        dcse_264 = (dcse_262 * dcse_289)
+        dcse_265 = (cse_32 * dcse_258)
+        dcse_266 = (dcse_265 * dcse_288)
+        dcse_267 = (dcse_265 * dcse_289)
+        dcse_268 = (cse_14 * dcse_258)
+        dcse_269 = (dcse_268 * dcse_288)
+        dcse_273 = (dcse_268 * dcse_289)
+        dcse_274 = (cse_15 * dcse_273)
+        dcse_275 = (cse_16 * dcse_273)
+        dcse_276 = (cse_15 * dcse_258)
+        dcse_277 = (dcse_276 * dcse_288)
+        dcse_278 = (cse_16 * dcse_276 * dcse_289)
+        dcse_279 = (cse_16 * dcse_258 * dcse_288)
+        dcse_280 = (cse_215 * cse_35)
+        dcse_283 = (cse_29 + cse_31 - (1.3333333333333333 * cse_0))
+        dcse_284 = (cse_17 + cse_31 - (1.3333333333333333 * cse_1))
+        dcse_285 = (cse_17 + cse_29 - (1.3333333333333333 * cse_2))
+        dcse_290 = (1.0 - cse_36)
+        dcse_291 = (cse_215 + cse_223)
+        dcse_292 = (dcse_291 - (0.3333333333333333 * dcse_280))
+        dcse_293 = (cse_223 + (0.16666666666666666 * dcse_280))
     if V & 12:  # jacobian, total
-        cse_122 = (cse_46 * state_internal_creep_rate)
-        cse_123 = (cse_122 * cse_20)
-        cse_125 = (cse_122 * cse_30)
-        cse_127 = (cse_122 * cse_32)
-        cse_129 = (cse_122 * cse_14)
-        cse_131 = (cse_122 * cse_15)
-        cse_133 = (cse_122 * cse_16)
-        cse_141 = (-cse_49)
-        cse_142 = (-1.0 + cse_43)
-        cse_144 = (-cse_56)
-        cse_146 = (-cse_58)
-        cse_166 = (1.0 - cse_36)
-        cse_233 = (-cse_223)
-        cse_236 = (-cse_231)
-        cse_268 = (cse_261 * state_internal_creep_rate)
-        # linear solve 2: 1x1, 8 right-hand side(s), unrolled over structural nonzeros
-        ls2_1 = (-1.0 - (cse_261 * cse_45))
-        ls2_2 = (1.0 / ls2_1)
-        ls2_3 = (-cse_268)
-        ls2_4 = (-cse_141 * cse_263)
-        ls2_5 = (-cse_144 * cse_263)
-        ls2_6 = (-cse_146 * cse_263)
-        ls2_7 = (cse_268 * ls2_2)
-        ls2_8 = (ls2_3 * ls2_2)
-        ls2_9 = (ls2_4 * ls2_2)
-        ls2_10 = (ls2_5 * ls2_2)
-        ls2_11 = (ls2_6 * ls2_2)
-        ls2_12 = (cse_265 * ls2_2)
-        ls2_13 = (cse_266 * ls2_2)
-        ls2_14 = (cse_267 * ls2_2)
-        d79 = ls2_7
-        d80 = ls2_8
-        d81 = ls2_9
-        d82 = ls2_10
-        d83 = ls2_11
-        d84 = ls2_12
-        d85 = ls2_13
-        d86 = ls2_14
-        d87 = (cse_123 + (cse_48 * d79))
-        d88 = (cse_125 + (cse_66 * d79))
-        d89 = (cse_127 + (cse_78 * d79))
-        d90 = (cse_129 + (cse_90 * d79))
-        d91 = (cse_131 + (cse_102 * d79))
-        d92 = (cse_133 + (cse_113 * d79))
-        d93 = (-cse_123 + (cse_48 * d80))
-        d94 = (-cse_125 + (cse_66 * d80))
-        d95 = (-cse_127 + (cse_78 * d80))
-        d96 = (-cse_129 + (cse_90 * d80))
-        d97 = (-cse_131 + (cse_102 * d80))
-        d98 = (-cse_133 + (cse_113 * d80))
-        d99 = (-cse_142 + (cse_48 * d81) - (cse_141 * cse_53))
-        d100 = (cse_55 + (cse_48 * d82) - (cse_144 * cse_53))
-        d101 = (cse_55 + (cse_48 * d83) - (cse_146 * cse_53))
-        d102 = (cse_60 + (cse_48 * d84))
-        d103 = (cse_62 + (cse_48 * d85))
-        d104 = (cse_64 + (cse_48 * d86))
-        d105 = (cse_55 + (cse_66 * d81) - (cse_141 * cse_68))
-        d106 = (-cse_142 + (cse_66 * d82) - (cse_144 * cse_68))
-        d107 = (cse_55 + (cse_66 * d83) - (cse_146 * cse_68))
-        d108 = (cse_72 + (cse_66 * d84))
-        d109 = (cse_74 + (cse_66 * d85))
-        d110 = (cse_76 + (cse_66 * d86))
-        d111 = (cse_55 + (cse_78 * d81) - (cse_141 * cse_80))
-        d112 = (cse_55 + (cse_78 * d82) - (cse_144 * cse_80))
-        d113 = (-cse_142 + (cse_78 * d83) - (cse_146 * cse_80))
-        d114 = (cse_84 + (cse_78 * d84))
-        d115 = (cse_86 + (cse_78 * d85))
-        d116 = (cse_88 + (cse_78 * d86))
-        d117 = ((cse_90 * d81) - (cse_141 * cse_92))
-        d118 = ((cse_90 * d82) - (cse_144 * cse_92))
-        d119 = ((cse_90 * d83) - (cse_146 * cse_92))
-        d120 = (cse_166 + cse_96 + (cse_90 * d84))
-        d121 = (cse_98 + (cse_90 * d85))
-        d122 = (cse_100 + (cse_90 * d86))
-        d123 = ((cse_102 * d81) - (cse_104 * cse_141))
-        d124 = ((cse_102 * d82) - (cse_104 * cse_144))
-        d125 = ((cse_102 * d83) - (cse_104 * cse_146))
-        d126 = (cse_98 + (cse_102 * d84))
-        d127 = (cse_109 + cse_166 + (cse_102 * d85))
-        d128 = (cse_111 + (cse_102 * d86))
-        d129 = ((cse_113 * d81) - (cse_114 * cse_141))
-        d130 = ((cse_113 * d82) - (cse_114 * cse_144))
-        d131 = ((cse_113 * d83) - (cse_114 * cse_146))
-        d132 = (cse_100 + (cse_113 * d84))
-        d133 = (cse_111 + (cse_113 * d85))
-        d134 = (cse_120 + cse_166 + (cse_113 * d86))
-        cse_234 = (cse_233 * d105)
-        cse_235 = (cse_233 * d111)
-        cse_237 = (cse_233 * d112)
-        cse_238 = (cse_233 * d106)
-        cse_239 = (cse_233 * d107)
-        cse_240 = (cse_233 * d113)
-        cse_241 = (cse_233 * d108)
-        cse_242 = (cse_233 * d114)
-        cse_243 = (cse_233 * d109)
-        cse_244 = (cse_233 * d115)
-        cse_245 = (cse_233 * d110)
-        cse_246 = (cse_233 * d116)
-        cse_247 = (cse_233 * d99)
-        cse_248 = (cse_233 * d100)
-        cse_249 = (cse_233 * d101)
-        cse_250 = (cse_233 * d102)
-        cse_251 = (cse_233 * d103)
-        cse_252 = (cse_233 * d104)
-        d135 = (cse_45 * d1)
-        d136 = (cse_45 * d2)
-        d137 = (cse_45 * d3)
-        d138 = (cse_45 * d4)
-        d139 = (cse_45 * d5)
-        d140 = (cse_45 * d6)
-        d141 = (state_internal_creep_rate + (cse_45 * d79))
-        d142 = (-state_internal_creep_rate + (cse_45 * d80))
-        d143 = (cse_45 * d81)
-        d144 = (cse_45 * d82)
-        d145 = (cse_45 * d83)
-        d146 = (cse_45 * d84)
-        d147 = (cse_45 * d85)
-        d148 = (cse_45 * d86)
-        d149 = (cse_44 * d1)
-        d150 = (cse_44 * d2)
-        d151 = (cse_44 * d3)
-        d152 = (cse_44 * d4)
-        d153 = (cse_44 * d5)
-        d154 = (cse_44 * d6)
-        d155 = (cse_44 * d79)
-        d156 = (cse_44 * d80)
-        d157 = (cse_44 * d81)
-        d158 = (cse_44 * d82)
-        d159 = (cse_44 * d83)
-        d160 = (cse_44 * d84)
-        d161 = (cse_44 * d85)
-        d162 = (cse_44 * d86)
-        d163 = (cse_230 * d87)
-        d164 = (cse_230 * d88)
-        d165 = (cse_230 * d89)
-        d166 = (cse_232 * d90)
-        d167 = (cse_232 * d91)
-        d168 = (cse_232 * d92)
-        d169 = (cse_230 * d93)
-        d170 = (cse_230 * d94)
-        d171 = (cse_230 * d95)
-        d172 = (cse_232 * d96)
-        d173 = (cse_232 * d97)
-        d174 = (cse_232 * d98)
-        d175 = (cse_234 + cse_235 + (cse_236 * d99))
-        d176 = (cse_237 + cse_238 + (cse_236 * d100))
-        d177 = (cse_239 + cse_240 + (cse_236 * d101))
-        d178 = (cse_241 + cse_242 + (cse_236 * d102))
-        d179 = (cse_243 + cse_244 + (cse_236 * d103))
-        d180 = (cse_245 + cse_246 + (cse_236 * d104))
-        d181 = (cse_235 + cse_247 + (cse_236 * d105))
-        d182 = (cse_237 + cse_248 + (cse_236 * d106))
-        d183 = (cse_240 + cse_249 + (cse_236 * d107))
-        d184 = (cse_242 + cse_250 + (cse_236 * d108))
-        d185 = (cse_244 + cse_251 + (cse_236 * d109))
-        d186 = (cse_246 + cse_252 + (cse_236 * d110))
-        d187 = (cse_234 + cse_247 + (cse_236 * d111))
-        d188 = (cse_238 + cse_248 + (cse_236 * d112))
-        d189 = (cse_239 + cse_249 + (cse_236 * d113))
-        d190 = (cse_241 + cse_250 + (cse_236 * d114))
-        d191 = (cse_243 + cse_251 + (cse_236 * d115))
-        d192 = (cse_245 + cse_252 + (cse_236 * d116))
-        d193 = (cse_232 * d117)
-        d194 = (cse_232 * d118)
-        d195 = (cse_232 * d119)
-        d196 = (cse_232 * d120)
-        d197 = (cse_232 * d121)
-        d198 = (cse_232 * d122)
-        d199 = (cse_232 * d123)
-        d200 = (cse_232 * d124)
-        d201 = (cse_232 * d125)
-        d202 = (cse_232 * d126)
-        d203 = (cse_232 * d127)
-        d204 = (cse_232 * d128)
-        d205 = (cse_232 * d129)
-        d206 = (cse_232 * d130)
-        d207 = (cse_232 * d131)
-        d208 = (cse_232 * d132)
-        d209 = (cse_232 * d133)
-        d210 = (cse_232 * d134)
+        dcse_39 = (0.3333333333333333 * cse_35)
+        dcse_40 = (0.5 * cse_21)
+        dcse_41 = (p_A * dcse_40)
+        dcse_42 = (p_n * nx_1)
+        dcse_214 = (2.0 + cse_219)
+        dcse_231 = (1.0 / dcse_214)
+        dcse_43 = (dcse_231 * dcse_42)
+        dcse_44 = (p_E * dcse_43)
+        dcse_208 = _sdiv(1.0, (2.0 * cse_33))
+        dcse_45 = (dcse_208 * dcse_44)
+        dcse_57 = (p_A * cse_21)
+        dcse_215 = (3.0 * dcse_57)
+        dcse_232 = (1.0 / (-1.0 - (dcse_215 * dcse_44)))
+        dcse_46 = (cse_34 * dcse_232 * dcse_41 * dcse_45)
+        dcse_47 = (cse_23 * torch.where(nx_0 == 0.0, 0.0, _sdiv(1.0, (cse_33 * cse_33))))
+        dcse_48 = (dcse_47 * torch.where(nx_0 == 0.0, 0.0, dcse_208))
+        dcse_49 = (0.5 * dcse_48)
+        dcse_50 = (dcse_46 + dcse_49)
+        dcse_51 = (-dcse_50)
+        dcse_53 = (2.449489742783178 * cse_20)
+        dcse_54 = (dcse_51 * dcse_53)
+        dcse_55 = (0.16666666666666666 * cse_35)
+        dcse_56 = (-dcse_55)
+        dcse_58 = (dcse_232 * dcse_57)
+        dcse_59 = (cse_34 * dcse_58)
+        dcse_60 = (dcse_45 * dcse_59)
+        dcse_61 = (dcse_48 + dcse_60)
+        dcse_62 = (-dcse_61)
+        dcse_63 = (dcse_53 * dcse_62)
+        dcse_64 = (2.449489742783178 * cse_30)
+        dcse_65 = (dcse_51 * dcse_64)
+        dcse_66 = (dcse_62 * dcse_64)
+        dcse_67 = (2.449489742783178 * cse_32)
+        dcse_68 = (dcse_51 * dcse_67)
+        dcse_69 = (dcse_62 * dcse_67)
+        dcse_70 = (2.449489742783178 * cse_14)
+        dcse_71 = (dcse_51 * dcse_70)
+        dcse_207 = (cse_29 + cse_31 - (1.3333333333333333 * cse_0))
+        dcse_72 = (dcse_207 * dcse_71)
+        dcse_209 = (cse_17 + cse_31 - (1.3333333333333333 * cse_1))
+        dcse_73 = (dcse_209 * dcse_71)
+        dcse_210 = (cse_17 + cse_29 - (1.3333333333333333 * cse_2))
+        dcse_74 = (dcse_210 * dcse_71)
+        dcse_75 = (cse_14 * cse_14)
+        dcse_76 = ((cse_25 * dcse_48) + (dcse_60 * dcse_75))
+        dcse_77 = (-dcse_76)
+        dcse_78 = (dcse_62 * dcse_70)
+        dcse_79 = (cse_15 * dcse_78)
+        dcse_80 = (cse_16 * dcse_78)
+        dcse_81 = (2.449489742783178 * cse_15)
+        dcse_82 = (dcse_51 * dcse_81)
+        dcse_83 = (dcse_207 * dcse_82)
+        dcse_84 = (dcse_209 * dcse_82)
+        dcse_85 = (dcse_210 * dcse_82)
+        dcse_86 = (cse_15 * cse_15)
+        dcse_87 = ((cse_26 * dcse_48) + (dcse_60 * dcse_86))
+        dcse_88 = (-dcse_87)
+        dcse_89 = (cse_16 * dcse_81)
+        dcse_90 = (dcse_62 * dcse_89)
+        dcse_91 = (2.449489742783178 * cse_16)
+        dcse_92 = (dcse_51 * dcse_91)
+        dcse_93 = (dcse_207 * dcse_92)
+        dcse_94 = (dcse_209 * dcse_92)
+        dcse_95 = (dcse_210 * dcse_92)
+        dcse_96 = (cse_16 * cse_16)
+        dcse_97 = ((cse_27 * dcse_48) + (dcse_60 * dcse_96))
+        dcse_98 = (-dcse_97)
+        dcse_99 = (1.5 * dcse_44)
+        dcse_100 = (0.5 + (dcse_58 * dcse_99))
+        dcse_101 = (cse_34 * state_internal_creep_rate)
+        dcse_102 = (dcse_100 * dcse_101)
+        dcse_103 = (cse_20 * dcse_102)
+        dcse_104 = (cse_30 * dcse_102)
+        dcse_105 = (cse_32 * dcse_102)
+        dcse_106 = (cse_14 * dcse_102)
+        dcse_107 = (cse_15 * dcse_102)
+        dcse_108 = (cse_16 * dcse_102)
+        dcse_109 = (-dcse_100 * dcse_101)
+        dcse_110 = (cse_20 * dcse_109)
+        dcse_111 = (cse_30 * dcse_109)
+        dcse_112 = (cse_32 * dcse_109)
+        dcse_113 = (cse_14 * dcse_109)
+        dcse_114 = (cse_15 * dcse_109)
+        dcse_115 = (cse_16 * dcse_109)
+        dcse_116 = (dcse_50 * dcse_70)
+        dcse_117 = (dcse_61 * dcse_70)
+        dcse_118 = (cse_15 * dcse_117)
+        dcse_119 = (cse_16 * dcse_117)
+        dcse_120 = (dcse_50 * dcse_81)
+        dcse_121 = (dcse_61 * dcse_89)
+        dcse_122 = (dcse_50 * dcse_91)
+        dcse_133 = (p_A * dcse_232)
+        dcse_144 = (2.449489742783178 * dcse_45)
+        dcse_145 = (dcse_144 * dcse_58)
+        dcse_146 = (dcse_145 * dcse_207)
+        dcse_147 = (dcse_145 * dcse_209)
+        dcse_148 = (dcse_145 * dcse_210)
+        dcse_149 = (2.0 * dcse_45)
+        dcse_150 = (dcse_149 * dcse_58)
+        dcse_151 = (dcse_150 * dcse_70)
+        dcse_152 = (dcse_150 * dcse_81)
+        dcse_153 = (dcse_150 * dcse_91)
+        dcse_154 = (3.0 * dcse_44)
+        dcse_155 = (1.0 + (dcse_154 * dcse_58))
+        dcse_159 = (dcse_133 * dcse_144)
+        dcse_160 = (dcse_159 * dcse_207)
+        dcse_161 = (dcse_159 * dcse_209)
+        dcse_162 = (dcse_159 * dcse_210)
+        dcse_163 = (dcse_133 * dcse_149)
+        dcse_164 = (dcse_163 * dcse_70)
+        dcse_165 = (dcse_163 * dcse_81)
+        dcse_166 = (dcse_163 * dcse_91)
+        dcse_167 = (dcse_133 * dcse_154 * state_internal_creep_rate)
+        dcse_190 = (cse_215 * dcse_79)
+        dcse_191 = (cse_215 * dcse_80)
+        dcse_192 = (cse_215 * dcse_90)
+        dcse_211 = (1.0 - cse_36)
+        dcse_212 = (cse_215 + cse_223)
+        dcse_229 = (-1.0 + dcse_39)
+        dcse_216 = (-dcse_229)
+        dcse_217 = (dcse_46 * dcse_53)
+        dcse_218 = (dcse_49 * dcse_53)
+        dcse_219 = (dcse_53 * dcse_60)
+        dcse_220 = (dcse_48 * dcse_53)
+        dcse_221 = (dcse_46 * dcse_64)
+        dcse_222 = (dcse_49 * dcse_64)
+        dcse_223 = (dcse_60 * dcse_64)
+        dcse_224 = (dcse_48 * dcse_64)
+        dcse_225 = (dcse_46 * dcse_67)
+        dcse_226 = (dcse_49 * dcse_67)
+        dcse_227 = (dcse_60 * dcse_67)
+        dcse_228 = (dcse_48 * dcse_67)
+        dcse_233 = (dcse_216 + (dcse_207 * dcse_217) + (dcse_207 * dcse_218))
+        dcse_234 = (dcse_55 + (dcse_209 * dcse_217) + (dcse_209 * dcse_218))
+        dcse_235 = (dcse_55 + (dcse_210 * dcse_217) + (dcse_210 * dcse_218))
+        dcse_236 = ((cse_14 * dcse_219) + (cse_14 * dcse_220))
+        dcse_237 = ((cse_15 * dcse_219) + (cse_15 * dcse_220))
+        dcse_238 = ((cse_16 * dcse_219) + (cse_16 * dcse_220))
+        dcse_239 = (dcse_55 + (dcse_207 * dcse_221) + (dcse_207 * dcse_222))
+        dcse_240 = (dcse_216 + (dcse_209 * dcse_221) + (dcse_209 * dcse_222))
+        dcse_241 = (dcse_55 + (dcse_210 * dcse_221) + (dcse_210 * dcse_222))
+        dcse_242 = ((cse_14 * dcse_223) + (cse_14 * dcse_224))
+        dcse_243 = ((cse_15 * dcse_223) + (cse_15 * dcse_224))
+        dcse_244 = ((cse_16 * dcse_223) + (cse_16 * dcse_224))
+        dcse_245 = (dcse_55 + (dcse_207 * dcse_225) + (dcse_207 * dcse_226))
+        dcse_246 = (dcse_55 + (dcse_209 * dcse_225) + (dcse_209 * dcse_226))
+        dcse_247 = (dcse_216 + (dcse_210 * dcse_225) + (dcse_210 * dcse_226))
+        dcse_248 = ((cse_14 * dcse_227) + (cse_14 * dcse_228))
+        dcse_249 = ((cse_15 * dcse_227) + (cse_15 * dcse_228))
+        dcse_250 = ((cse_16 * dcse_227) + (cse_16 * dcse_228))
     if V & 8:  # total
-        cse_194 = (cse_21 * nx_0)
-        cse_195 = (cse_194 * cse_46)
-        cse_202 = (p_A * torch.where(state_internal_svm > 0.0, (nx_0 * torch.log(state_internal_svm)), 0.0))
-        cse_203 = (cse_202 * cse_21)
-        cse_204 = (cse_203 * cse_46)
-        cse_253 = (cse_218 * cse_222)
-        cse_254 = (cse_214 * cse_253)
-        cse_255 = (p_E * (cse_214 * cse_214))
-        cse_256 = (cse_215 * cse_218)
-        cse_257 = ((cse_221 * cse_256) - (cse_253 * cse_255) + (cse_219 * cse_256 * (cse_221 * cse_221)))
-        cse_269 = (cse_259 * cse_259)
-        # linear solve 3: 1x1, 4 right-hand side(s), unrolled over structural nonzeros
-        ls3_1 = (-1.0 - (cse_261 * cse_45))
-        ls3_2 = (1.0 / ls3_1)
-        ls3_3 = ((cse_23 * cse_260) - (cse_262 * cse_33))
-        ls3_4 = (-(6.0 * p_E * cse_23 * cse_269) + (4.898979485566356 * p_E * cse_269 * cse_33))
-        ls3_5 = (cse_194 * cse_261)
-        ls3_6 = (cse_203 * cse_261)
-        ls3_7 = (ls3_3 * ls3_2)
-        ls3_8 = (ls3_4 * ls3_2)
-        ls3_9 = (ls3_5 * ls3_2)
-        ls3_10 = (ls3_6 * ls3_2)
-        d211 = ls3_7
-        d212 = ls3_8
-        d213 = ls3_9
-        d214 = ls3_10
-        d215 = (cse_48 * d211)
-        d216 = (cse_66 * d211)
-        d217 = (cse_78 * d211)
-        d218 = (cse_90 * d211)
-        d219 = (cse_102 * d211)
-        d220 = (cse_113 * d211)
-        d221 = (cse_48 * d212)
-        d222 = (cse_66 * d212)
-        d223 = (cse_78 * d212)
-        d224 = (cse_90 * d212)
-        d225 = (cse_102 * d212)
-        d226 = (cse_113 * d212)
-        d227 = ((cse_195 * cse_20) + (cse_48 * d213))
-        d228 = ((cse_195 * cse_30) + (cse_66 * d213))
-        d229 = ((cse_195 * cse_32) + (cse_78 * d213))
-        d230 = ((cse_14 * cse_195) + (cse_90 * d213))
-        d231 = ((cse_102 * d213) + (cse_15 * cse_195))
-        d232 = ((cse_113 * d213) + (cse_16 * cse_195))
-        d233 = ((cse_20 * cse_204) + (cse_48 * d214))
-        d234 = ((cse_204 * cse_30) + (cse_66 * d214))
-        d235 = ((cse_204 * cse_32) + (cse_78 * d214))
-        d236 = ((cse_14 * cse_204) + (cse_90 * d214))
-        d237 = ((cse_102 * d214) + (cse_15 * cse_204))
-        d238 = ((cse_113 * d214) + (cse_16 * cse_204))
-        d239 = (cse_45 * d211)
-        d240 = (cse_45 * d212)
-        d241 = (cse_194 + (cse_45 * d213))
-        d242 = (cse_203 + (cse_45 * d214))
-        d243 = (cse_44 * d211)
-        d244 = (cse_44 * d212)
-        d245 = (nx_0 + (cse_44 * d213))
-        d246 = (cse_202 + (cse_44 * d214))
-        d247 = (cse_254 + (cse_212 * cse_214) + (cse_230 * d215))
-        d248 = (cse_254 + (cse_214 * cse_225) + (cse_230 * d216))
-        d249 = (cse_254 + (cse_214 * cse_226) + (cse_230 * d217))
-        d250 = ((cse_214 * cse_227) + (cse_232 * d218))
-        d251 = ((cse_214 * cse_228) + (cse_232 * d219))
-        d252 = ((cse_214 * cse_229) + (cse_232 * d220))
-        d253 = (cse_257 + (cse_230 * d221) - (cse_212 * cse_255))
-        d254 = (cse_257 + (cse_230 * d222) - (cse_225 * cse_255))
-        d255 = (cse_257 + (cse_230 * d223) - (cse_226 * cse_255))
-        d256 = ((cse_232 * d224) - (cse_227 * cse_255))
-        d257 = ((cse_232 * d225) - (cse_228 * cse_255))
-        d258 = ((cse_232 * d226) - (cse_229 * cse_255))
-        d259 = (cse_230 * d227)
-        d260 = (cse_230 * d228)
-        d261 = (cse_230 * d229)
-        d262 = (cse_232 * d230)
-        d263 = (cse_232 * d231)
-        d264 = (cse_232 * d232)
-        d265 = (cse_230 * d233)
-        d266 = (cse_230 * d234)
-        d267 = (cse_230 * d235)
-        d268 = (cse_232 * d236)
-        d269 = (cse_232 * d237)
-        d270 = (cse_232 * d238)
+        dcse_123 = ((1.5 * cse_23) - (1.224744871391589 * cse_33))
+        dcse_124 = (dcse_123 * dcse_43)
+        dcse_125 = (cse_20 * cse_34)
+        dcse_126 = (dcse_125 * dcse_58)
+        dcse_127 = (dcse_124 * dcse_59)
+        dcse_128 = ((3.0 * cse_23) - (2.449489742783178 * cse_33))
+        dcse_129 = (p_E * dcse_42)
+        dcse_130 = (dcse_129 * (dcse_231 * dcse_231))
+        dcse_131 = (-dcse_128 * dcse_130)
+        dcse_132 = (dcse_131 * dcse_59)
+        dcse_134 = (cse_21 * cse_21)
+        dcse_135 = (dcse_134 * dcse_99)
+        dcse_136 = (dcse_40 + (dcse_133 * dcse_135))
+        dcse_137 = (dcse_136 * nx_0)
+        dcse_138 = (cse_34 * dcse_137)
+        dcse_139 = torch.where(state_internal_svm > 0.0, (nx_0 * torch.log(state_internal_svm)), 0.0)
+        dcse_140 = (dcse_232 * (p_A * p_A))
+        dcse_141 = (dcse_41 + (dcse_135 * dcse_140))
+        dcse_142 = (dcse_139 * dcse_141)
+        dcse_143 = (cse_34 * dcse_142)
+        dcse_156 = (dcse_128 * dcse_43)
+        dcse_157 = (dcse_130 * (-(6.0 * cse_23) + (4.898979485566356 * cse_33)))
+        dcse_158 = (dcse_134 * dcse_154)
+        dcse_193 = (cse_218 * cse_222)
+        dcse_194 = (cse_215 * dcse_125)
+        dcse_195 = (dcse_194 * dcse_58)
+        dcse_196 = (-dcse_123 * dcse_43)
+        dcse_197 = (cse_215 * cse_34)
+        dcse_198 = (dcse_197 * dcse_58)
+        dcse_199 = (dcse_196 * dcse_198)
+        dcse_200 = (p_E * (cse_214 * cse_214))
+        dcse_201 = (dcse_128 * dcse_130)
+        dcse_202 = (dcse_198 * dcse_201)
+        dcse_203 = (-dcse_136 * nx_0)
+        dcse_204 = (dcse_197 * dcse_203)
+        dcse_205 = (-dcse_139 * dcse_141)
+        dcse_206 = (dcse_197 * dcse_205)
+        dcse_213 = (cse_215 * cse_218)
+        dcse_230 = ((cse_221 * dcse_213) - (dcse_193 * dcse_200) + (cse_219 * dcse_213 * (cse_221 * cse_221)))
     # outputs
     Y = torch.empty((X.shape[0], 14), dtype=X.dtype, device=X.device)
     _put(Y, range(0, 14), (
@@ -632,72 +446,185 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     if V & 2:  # tangent
         # d outputs / d inputs of the tangent variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], 6, 6), dtype=X.dtype, device=X.device)
-        _put(J[:, 0], range(0, 6), (d43, d44, d45, d46, d47, d48))
-        _put(J[:, 1], range(0, 6), (d49, d50, d51, d52, d53, d54))
-        _put(J[:, 2], range(0, 6), (d55, d56, d57, d58, d59, d60))
-        _put(J[:, 3], range(0, 6), (d61, d62, d63, d64, d65, d66))
-        _put(J[:, 4], range(0, 6), (d67, d68, d69, d70, d71, d72))
-        _put(J[:, 5], range(0, 6), (d73, d74, d75, d76, d77, d78))
+        _put(J[:, 0], range(0, 6), (
+            (dcse_292 + (dcse_260 * dcse_283)), (dcse_293 + (dcse_260 * dcse_284)),
+            (dcse_293 + (dcse_260 * dcse_285)), (cse_14 * dcse_261), (cse_15 * dcse_261),
+            (cse_16 * dcse_261),
+        ))
+        _put(J[:, 1], range(0, 6), (
+            (dcse_293 + (dcse_263 * dcse_283)), (dcse_292 + (dcse_263 * dcse_284)),
+            (dcse_293 + (dcse_263 * dcse_285)), (cse_14 * dcse_264), (cse_15 * dcse_264),
+            (cse_16 * dcse_264),
+        ))
+        _put(J[:, 2], range(0, 6), (
+            (dcse_293 + (dcse_266 * dcse_283)), (dcse_293 + (dcse_266 * dcse_284)),
+            (dcse_292 + (dcse_266 * dcse_285)), (cse_14 * dcse_267), (cse_15 * dcse_267),
+            (cse_16 * dcse_267),
+        ))
+        _put(J[:, 3], range(0, 6), (
+            (dcse_269 * dcse_283), (dcse_269 * dcse_284), (dcse_269 * dcse_285),
+            (cse_215 * (dcse_290 + (2.449489742783178 * ((cse_25 * dcse_272) + (dcse_271 * (cse_14 * cse_14)))))),
+            dcse_274, dcse_275,
+        ))
+        _put(J[:, 4], range(0, 6), (
+            (dcse_277 * dcse_283), (dcse_277 * dcse_284), (dcse_277 * dcse_285), dcse_274,
+            (cse_215 * (dcse_290 + (2.449489742783178 * ((cse_26 * dcse_272) + (dcse_271 * (cse_15 * cse_15)))))),
+            dcse_278,
+        ))
+        _put(J[:, 5], range(0, 6), (
+            (dcse_279 * dcse_283), (dcse_279 * dcse_284), (dcse_279 * dcse_285), dcse_275, dcse_278,
+            (cse_215 * (dcse_290 + (2.449489742783178 * ((cse_27 * dcse_272) + (dcse_271 * (cse_16 * cse_16)))))),
+        ))
     if V & 12:  # jacobian, total
         # d outputs / d inputs of the jacobian, total variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], *((14, 15) if V == 4 else (14, 19))), dtype=X.dtype, device=X.device)
         _put(J[:, 0], range(0, 14), (
-            d7, d8, d9, d10, d11, d12, d87, d93, d99, d100, d101, d102, d103, d104,
+            (dcse_39 + (dcse_207 * dcse_54)), (dcse_56 + (dcse_209 * dcse_54)),
+            (dcse_56 + (dcse_210 * dcse_54)), (cse_14 * dcse_63), (cse_15 * dcse_63), (cse_16 * dcse_63),
+            dcse_103, dcse_110, dcse_233, dcse_234, dcse_235, dcse_236, dcse_237, dcse_238,
         ))
         _put(J[:, 1], range(0, 14), (
-            d13, d14, d15, d16, d17, d18, d88, d94, d105, d106, d107, d108, d109, d110,
+            (dcse_56 + (dcse_207 * dcse_65)), (dcse_39 + (dcse_209 * dcse_65)),
+            (dcse_56 + (dcse_210 * dcse_65)), (cse_14 * dcse_66), (cse_15 * dcse_66), (cse_16 * dcse_66),
+            dcse_104, dcse_111, dcse_239, dcse_240, dcse_241, dcse_242, dcse_243, dcse_244,
         ))
         _put(J[:, 2], range(0, 14), (
-            d19, d20, d21, d22, d23, d24, d89, d95, d111, d112, d113, d114, d115, d116,
+            (dcse_56 + (dcse_207 * dcse_68)), (dcse_56 + (dcse_209 * dcse_68)),
+            (dcse_39 + (dcse_210 * dcse_68)), (cse_14 * dcse_69), (cse_15 * dcse_69), (cse_16 * dcse_69),
+            dcse_105, dcse_112, dcse_245, dcse_246, dcse_247, dcse_248, dcse_249, dcse_250,
         ))
         _put(J[:, 3], range(0, 14), (
-            d25, d26, d27, d28, d29, d30, d90, d96, d117, d118, d119, d120, d121, d122,
+            dcse_72, dcse_73, dcse_74, (cse_36 + (2.449489742783178 * dcse_77)), dcse_79, dcse_80, dcse_106,
+            dcse_113, (dcse_116 * dcse_207), (dcse_116 * dcse_209), (dcse_116 * dcse_210),
+            (dcse_211 + (2.449489742783178 * dcse_76)), dcse_118, dcse_119,
         ))
         _put(J[:, 4], range(0, 14), (
-            d31, d32, d33, d34, d35, d36, d91, d97, d123, d124, d125, d126, d127, d128,
+            dcse_83, dcse_84, dcse_85, dcse_79, (cse_36 + (2.449489742783178 * dcse_88)), dcse_90, dcse_107,
+            dcse_114, (dcse_120 * dcse_207), (dcse_120 * dcse_209), (dcse_120 * dcse_210), dcse_118,
+            (dcse_211 + (2.449489742783178 * dcse_87)), dcse_121,
         ))
         _put(J[:, 5], range(0, 14), (
-            d37, d38, d39, d40, d41, d42, d92, d98, d129, d130, d131, d132, d133, d134,
+            dcse_93, dcse_94, dcse_95, dcse_80, dcse_90, (cse_36 + (2.449489742783178 * dcse_98)), dcse_108,
+            dcse_115, (dcse_122 * dcse_207), (dcse_122 * dcse_209), (dcse_122 * dcse_210), dcse_119,
+            dcse_121, (dcse_211 + (2.449489742783178 * dcse_97)),
         ))
         _put(J[:, 6], range(0, 15), (
-            d135, d136, d137, d138, d139, d140, d141, d142, d143, d144, d145, d146, d147, d148, 1.0,
+            (-dcse_146), (-dcse_147), (-dcse_148), (-dcse_151), (-dcse_152), (-dcse_153),
+            (dcse_155 * state_internal_creep_rate), (-dcse_155 * state_internal_creep_rate), dcse_146,
+            dcse_147, dcse_148, dcse_151, dcse_152, dcse_153, 1.0,
         ))
         _put(J[:, 7], range(0, 14), (
-            d149, d150, d151, d152, d153, d154, d155, d156, d157, d158, d159, d160, d161, d162,
+            (-dcse_160), (-dcse_161), (-dcse_162), (-dcse_164), (-dcse_165), (-dcse_166), dcse_167,
+            (-dcse_167), dcse_160, dcse_161, dcse_162, dcse_164, dcse_165, dcse_166,
         ))
         _put(J[:, 8], range(0, 14), (
-            d43, d44, d45, d46, d47, d48, d163, d169, d175, d176, d177, d178, d179, d180,
+            (dcse_292 + (dcse_260 * dcse_283)), (dcse_293 + (dcse_260 * dcse_284)),
+            (dcse_293 + (dcse_260 * dcse_285)), (cse_14 * dcse_261), (cse_15 * dcse_261),
+            (cse_16 * dcse_261), (cse_215 * dcse_110), (cse_215 * dcse_103),
+            ((cse_223 * (-dcse_239 - dcse_245)) - (dcse_212 * dcse_233)),
+            ((cse_223 * (-dcse_240 - dcse_246)) - (dcse_212 * dcse_234)),
+            ((cse_223 * (-dcse_241 - dcse_247)) - (dcse_212 * dcse_235)),
+            ((cse_223 * (-dcse_242 - dcse_248)) - (dcse_212 * dcse_236)),
+            ((cse_223 * (-dcse_243 - dcse_249)) - (dcse_212 * dcse_237)),
+            ((cse_223 * (-dcse_244 - dcse_250)) - (dcse_212 * dcse_238)),
         ))
         _put(J[:, 9], range(0, 14), (
-            d49, d50, d51, d52, d53, d54, d164, d170, d181, d182, d183, d184, d185, d186,
+            (dcse_293 + (dcse_263 * dcse_283)), (dcse_292 + (dcse_263 * dcse_284)),
+            (dcse_293 + (dcse_263 * dcse_285)), (cse_14 * dcse_264), (cse_15 * dcse_264),
+            (cse_16 * dcse_264), (cse_215 * dcse_111), (cse_215 * dcse_104),
+            ((cse_223 * (-dcse_233 - dcse_245)) - (dcse_212 * dcse_239)),
+            ((cse_223 * (-dcse_234 - dcse_246)) - (dcse_212 * dcse_240)),
+            ((cse_223 * (-dcse_235 - dcse_247)) - (dcse_212 * dcse_241)),
+            ((cse_223 * (-dcse_236 - dcse_248)) - (dcse_212 * dcse_242)),
+            ((cse_223 * (-dcse_237 - dcse_249)) - (dcse_212 * dcse_243)),
+            ((cse_223 * (-dcse_238 - dcse_250)) - (dcse_212 * dcse_244)),
         ))
         _put(J[:, 10], range(0, 14), (
-            d55, d56, d57, d58, d59, d60, d165, d171, d187, d188, d189, d190, d191, d192,
+            (dcse_293 + (dcse_266 * dcse_283)), (dcse_293 + (dcse_266 * dcse_284)),
+            (dcse_292 + (dcse_266 * dcse_285)), (cse_14 * dcse_267), (cse_15 * dcse_267),
+            (cse_16 * dcse_267), (cse_215 * dcse_112), (cse_215 * dcse_105),
+            ((cse_223 * (-dcse_233 - dcse_239)) - (dcse_212 * dcse_245)),
+            ((cse_223 * (-dcse_234 - dcse_240)) - (dcse_212 * dcse_246)),
+            ((cse_223 * (-dcse_235 - dcse_241)) - (dcse_212 * dcse_247)),
+            ((cse_223 * (-dcse_236 - dcse_242)) - (dcse_212 * dcse_248)),
+            ((cse_223 * (-dcse_237 - dcse_243)) - (dcse_212 * dcse_249)),
+            ((cse_223 * (-dcse_238 - dcse_244)) - (dcse_212 * dcse_250)),
         ))
         _put(J[:, 11], range(0, 14), (
-            d61, d62, d63, d64, d65, d66, d166, d172, d193, d194, d195, d196, d197, d198,
+            (dcse_269 * dcse_283), (dcse_269 * dcse_284), (dcse_269 * dcse_285),
+            (cse_215 * (dcse_290 + (2.449489742783178 * ((cse_25 * dcse_272) + (dcse_271 * (cse_14 * cse_14)))))),
+            dcse_274, dcse_275, (cse_215 * dcse_113), (cse_215 * dcse_106), (cse_215 * dcse_72),
+            (cse_215 * dcse_73), (cse_215 * dcse_74),
+            (cse_215 * (-dcse_211 + (2.449489742783178 * dcse_77))), dcse_190, dcse_191,
         ))
         _put(J[:, 12], range(0, 14), (
-            d67, d68, d69, d70, d71, d72, d167, d173, d199, d200, d201, d202, d203, d204,
+            (dcse_277 * dcse_283), (dcse_277 * dcse_284), (dcse_277 * dcse_285), dcse_274,
+            (cse_215 * (dcse_290 + (2.449489742783178 * ((cse_26 * dcse_272) + (dcse_271 * (cse_15 * cse_15)))))),
+            dcse_278, (cse_215 * dcse_114), (cse_215 * dcse_107), (cse_215 * dcse_83), (cse_215 * dcse_84),
+            (cse_215 * dcse_85), dcse_190, (cse_215 * (-dcse_211 + (2.449489742783178 * dcse_88))),
+            dcse_192,
         ))
         _put(J[:, 13], range(0, 14), (
-            d73, d74, d75, d76, d77, d78, d168, d174, d205, d206, d207, d208, d209, d210,
+            (dcse_279 * dcse_283), (dcse_279 * dcse_284), (dcse_279 * dcse_285), dcse_275, dcse_278,
+            (cse_215 * (dcse_290 + (2.449489742783178 * ((cse_27 * dcse_272) + (dcse_271 * (cse_16 * cse_16)))))),
+            (cse_215 * dcse_115), (cse_215 * dcse_108), (cse_215 * dcse_93), (cse_215 * dcse_94),
+            (cse_215 * dcse_95), dcse_191, dcse_192,
+            (cse_215 * (-dcse_211 + (2.449489742783178 * dcse_98))),
         ))
         if V & 8:
-            _put(J[:, 0], range(15, 19), (d215, d221, d227, d233))
-            _put(J[:, 1], range(15, 19), (d216, d222, d228, d234))
-            _put(J[:, 2], range(15, 19), (d217, d223, d229, d235))
-            _put(J[:, 3], range(15, 19), (d218, d224, d230, d236))
-            _put(J[:, 4], range(15, 19), (d219, d225, d231, d237))
-            _put(J[:, 5], range(15, 19), (d220, d226, d232, d238))
-            _put(J[:, 6], range(15, 19), (d239, d240, d241, d242))
-            _put(J[:, 7], range(15, 19), (d243, d244, d245, d246))
-            _put(J[:, 8], range(15, 19), (d247, d253, d259, d265))
-            _put(J[:, 9], range(15, 19), (d248, d254, d260, d266))
-            _put(J[:, 10], range(15, 19), (d249, d255, d261, d267))
-            _put(J[:, 11], range(15, 19), (d250, d256, d262, d268))
-            _put(J[:, 12], range(15, 19), (d251, d257, d263, d269))
-            _put(J[:, 13], range(15, 19), (d252, d258, d264, d270))
+            _put(J[:, 0], range(15, 19), (
+                (dcse_124 * dcse_126), (dcse_126 * dcse_131), (dcse_125 * dcse_137), (dcse_125 * dcse_142),
+            ))
+            _put(J[:, 1], range(15, 19), (
+                (cse_30 * dcse_127), (cse_30 * dcse_132), (cse_30 * dcse_138), (cse_30 * dcse_143),
+            ))
+            _put(J[:, 2], range(15, 19), (
+                (cse_32 * dcse_127), (cse_32 * dcse_132), (cse_32 * dcse_138), (cse_32 * dcse_143),
+            ))
+            _put(J[:, 3], range(15, 19), (
+                (cse_14 * dcse_127), (cse_14 * dcse_132), (cse_14 * dcse_138), (cse_14 * dcse_143),
+            ))
+            _put(J[:, 4], range(15, 19), (
+                (cse_15 * dcse_127), (cse_15 * dcse_132), (cse_15 * dcse_138), (cse_15 * dcse_143),
+            ))
+            _put(J[:, 5], range(15, 19), (
+                (cse_16 * dcse_127), (cse_16 * dcse_132), (cse_16 * dcse_138), (cse_16 * dcse_143),
+            ))
+            _put(J[:, 6], range(15, 19), (
+                (dcse_156 * dcse_58), (dcse_157 * dcse_58), (nx_0 * (cse_21 + (dcse_133 * dcse_158))),
+                (dcse_139 * (dcse_57 + (dcse_140 * dcse_158))),
+            ))
+            _put(J[:, 7], range(15, 19), (
+                (dcse_133 * dcse_156), (dcse_133 * dcse_157), (dcse_155 * nx_0),
+                (dcse_139 * (p_A + (cse_21 * dcse_140 * dcse_154))),
+            ))
+            _put(J[:, 8], range(15, 19), (
+                ((cse_214 * (cse_212 + dcse_193)) + (dcse_195 * dcse_196)),
+                (dcse_230 + (dcse_195 * dcse_201) - (cse_212 * dcse_200)), (dcse_194 * dcse_203),
+                (dcse_194 * dcse_205),
+            ))
+            _put(J[:, 9], range(15, 19), (
+                ((cse_214 * (cse_225 + dcse_193)) + (cse_30 * dcse_199)),
+                (dcse_230 + (cse_30 * dcse_202) - (cse_225 * dcse_200)), (cse_30 * dcse_204),
+                (cse_30 * dcse_206),
+            ))
+            _put(J[:, 10], range(15, 19), (
+                ((cse_214 * (cse_226 + dcse_193)) + (cse_32 * dcse_199)),
+                (dcse_230 + (cse_32 * dcse_202) - (cse_226 * dcse_200)), (cse_32 * dcse_204),
+                (cse_32 * dcse_206),
+            ))
+            _put(J[:, 11], range(15, 19), (
+                ((cse_14 * dcse_199) + (cse_214 * cse_227)), ((cse_14 * dcse_202) - (cse_227 * dcse_200)),
+                (cse_14 * dcse_204), (cse_14 * dcse_206),
+            ))
+            _put(J[:, 12], range(15, 19), (
+                ((cse_15 * dcse_199) + (cse_214 * cse_228)), ((cse_15 * dcse_202) - (cse_228 * dcse_200)),
+                (cse_15 * dcse_204), (cse_15 * dcse_206),
+            ))
+            _put(J[:, 13], range(15, 19), (
+                ((cse_16 * dcse_199) + (cse_214 * cse_229)), ((cse_16 * dcse_202) - (cse_229 * dcse_200)),
+                (cse_16 * dcse_204), (cse_16 * dcse_206),
+            ))
     # status; a point that did not converge gets NaN outputs, never a plausible value
     ST = torch.empty((X.shape[0], 3), dtype=X.dtype, device=X.device)
     ST[:, 0] = norton_radial_return_solve_converged
@@ -917,10 +844,12 @@ if triton is not None:
         K7 = tl.full([], 2.449489742783178, DTYPE)
         K8 = tl.full([], 0.5, DTYPE)
         K9 = tl.full([], 3.0, DTYPE)
-        K10 = tl.full([], 1.3333333333333333, DTYPE)
-        K11 = tl.full([], 0.0, DTYPE)
-        K12 = tl.full([], 6.0, DTYPE)
-        K13 = tl.full([], 4.898979485566356, DTYPE)
+        K10 = tl.full([], 0.0, DTYPE)
+        K11 = tl.full([], 1.3333333333333333, DTYPE)
+        K12 = tl.full([], 1.5, DTYPE)
+        K13 = tl.full([], 1.224744871391589, DTYPE)
+        K14 = tl.full([], 6.0, DTYPE)
+        K15 = tl.full([], 4.898979485566356, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = tl.load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
         (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
@@ -1028,15 +957,112 @@ if triton is not None:
                 tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_0, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_1, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_2, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_3, K0),
                 tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_4, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_5, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_ep, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_creep_rate, K0), BLOCK)
             tl.store(Y + row[:, None] * y_stride + tl.arange(0, 8)[None, :], _row8, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
-        cse_211 = (cse_0 + cse_37)
-        cse_216 = (cse_1 + cse_38)
-        cse_217 = (cse_2 + cse_39)
-        cse_218 = (-cse_211 - cse_216 - cse_217)
+        if V & 14:  # tangent, jacobian, total
+            dcse_282 = _mc_sdiv(K6, (K3 * cse_33))
         cse_219 = (K3 * p_nu)
+        if V & 14:  # tangent, jacobian, total
+            dcse_281 = (K3 + cse_219)
+            dcse_286 = (K6 / dcse_281)
+            dcse_270 = (p_A * p_E * p_n * cse_21 * dcse_286 * nx_1)
+            dcse_287 = (K6 / (-K6 - (K9 * dcse_270)))
+            dcse_271 = (cse_34 * dcse_270 * dcse_282 * dcse_287)
+            dcse_272 = (cse_23 * tl.where(nx_0 == 0.0, K10, dcse_282) * tl.where(nx_0 == 0.0, K10, _mc_sdiv(K6, (cse_33 * cse_33))))
+            dcse_289 = (dcse_271 + dcse_272)
+            dcse_258 = (K7 * cse_215)
+            dcse_265 = (cse_32 * dcse_258)
+            dcse_267 = (dcse_265 * dcse_289)
+            dcse_288 = ((K8 * dcse_271) + (K8 * dcse_272))
+            dcse_268 = (cse_14 * dcse_258)
+            dcse_269 = (dcse_268 * dcse_288)
+            dcse_283 = (cse_29 + cse_31 - (K11 * cse_0))
+            dcse_284 = (cse_17 + cse_31 - (K11 * cse_1))
+        if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), (cse_15 * dcse_267), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_16 * dcse_267), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_269 * dcse_283), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_269 * dcse_284), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 14:  # tangent, jacobian, total
+            dcse_276 = (cse_15 * dcse_258)
+            dcse_278 = (cse_16 * dcse_276 * dcse_289)
+            dcse_279 = (cse_16 * dcse_258 * dcse_288)
+            dcse_290 = (K6 - cse_36)
+        if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), (cse_215 * (dcse_290 + (K7 * ((cse_26 * dcse_272) + (dcse_271 * (cse_15 * cse_15)))))), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_278, K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_279 * dcse_283), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_279 * dcse_284), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 14:  # tangent, jacobian, total
+            dcse_273 = (dcse_268 * dcse_289)
+            dcse_275 = (cse_16 * dcse_273)
+            dcse_285 = (cse_17 + cse_29 - (K11 * cse_2))
+        if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
+            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), (dcse_279 * dcse_285), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_275, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_278, K0), tl.where((norton_radial_return_solve_converged & fin), (cse_215 * (dcse_290 + (K7 * ((cse_27 * dcse_272) + (dcse_271 * (cse_16 * cse_16)))))), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 14:  # tangent, jacobian, total
+            dcse_274 = (cse_15 * dcse_273)
+        if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), (dcse_269 * dcse_285), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_215 * (dcse_290 + (K7 * ((cse_25 * dcse_272) + (dcse_271 * (cse_14 * cse_14)))))), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_274, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_275, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 16 .. 23 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row9 = _mc_row8(
+                    tl.where((norton_radial_return_solve_converged & fin), (cse_15 * dcse_267), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_16 * dcse_267), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_269 * dcse_283), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_269 * dcse_284), K0),
+                    tl.where((norton_radial_return_solve_converged & fin), (dcse_269 * dcse_285), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_215 * (dcse_290 + (K7 * ((cse_25 * dcse_272) + (dcse_271 * (cse_14 * cse_14)))))), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_274, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_275, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row9, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
+        if V & 14:  # tangent, jacobian, total
+            dcse_277 = (dcse_276 * dcse_288)
+        if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), (dcse_277 * dcse_283), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_277 * dcse_284), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_277 * dcse_285), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_274, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 24 .. 31 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row10 = _mc_row8(
+                    tl.where((norton_radial_return_solve_converged & fin), (dcse_277 * dcse_283), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_277 * dcse_284), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_277 * dcse_285), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_274, K0),
+                    tl.where((norton_radial_return_solve_converged & fin), (cse_215 * (dcse_290 + (K7 * ((cse_26 * dcse_272) + (dcse_271 * (cse_15 * cse_15)))))), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_278, K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_279 * dcse_283), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_279 * dcse_284), K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row10, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
+        if V & 14:  # tangent, jacobian, total
+            dcse_262 = (cse_30 * dcse_258)
+            dcse_263 = (dcse_262 * dcse_288)
+            dcse_264 = (dcse_262 * dcse_289)
+            dcse_280 = (cse_215 * cse_35)
         cse_220 = (K6 - cse_219)
         cse_221 = (K6 / cse_220)
         cse_222 = (p_nu * cse_221)
         cse_223 = (cse_215 * cse_222)
+        if V & 14:  # tangent, jacobian, total
+            dcse_293 = (cse_223 + (K4 * dcse_280))
+        if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), (dcse_293 + (dcse_263 * dcse_285)), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_14 * dcse_264), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_15 * dcse_264), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_16 * dcse_264), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 14:  # tangent, jacobian, total
+            dcse_266 = (dcse_265 * dcse_288)
+            dcse_291 = (cse_215 + cse_223)
+            dcse_292 = (dcse_291 - (K1 * dcse_280))
+        if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), (dcse_293 + (dcse_266 * dcse_283)), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_293 + (dcse_266 * dcse_284)), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_292 + (dcse_266 * dcse_285)), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_14 * dcse_267), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 8 .. 15 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row11 = _mc_row8(
+                    tl.where((norton_radial_return_solve_converged & fin), (dcse_293 + (dcse_263 * dcse_285)), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_14 * dcse_264), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_15 * dcse_264), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_16 * dcse_264), K0),
+                    tl.where((norton_radial_return_solve_converged & fin), (dcse_293 + (dcse_266 * dcse_283)), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_293 + (dcse_266 * dcse_284)), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_292 + (dcse_266 * dcse_285)), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_14 * dcse_267), K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row11, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
+        if V & 14:  # tangent, jacobian, total
+            dcse_259 = (cse_20 * dcse_258)
+            dcse_261 = (dcse_259 * dcse_289)
+        if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), (cse_15 * dcse_261), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_16 * dcse_261), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_293 + (dcse_263 * dcse_283)), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_292 + (dcse_263 * dcse_284)), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 14:  # tangent, jacobian, total
+            dcse_260 = (dcse_259 * dcse_288)
+        if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), (dcse_292 + (dcse_260 * dcse_283)), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_293 + (dcse_260 * dcse_284)), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_293 + (dcse_260 * dcse_285)), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_14 * dcse_261), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row12 = _mc_row8(
+                    tl.where((norton_radial_return_solve_converged & fin), (dcse_292 + (dcse_260 * dcse_283)), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_293 + (dcse_260 * dcse_284)), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_293 + (dcse_260 * dcse_285)), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_14 * dcse_261), K0),
+                    tl.where((norton_radial_return_solve_converged & fin), (cse_15 * dcse_261), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_16 * dcse_261), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_293 + (dcse_263 * dcse_283)), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_292 + (dcse_263 * dcse_284)), K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row12, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
+        cse_211 = (cse_0 + cse_37)
+        cse_216 = (cse_1 + cse_38)
+        cse_217 = (cse_2 + cse_39)
+        cse_218 = (-cse_211 - cse_216 - cse_217)
         cse_224 = (cse_218 * cse_223)
         cse_212 = (-cse_211)
         state_S_0 = (cse_224 + (cse_212 * cse_215))
@@ -1051,558 +1077,277 @@ if triton is not None:
             tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), state_S_0, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_1, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_2, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         # outputs 8 .. 13; NaN where Newton did not converge
         if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
-            _zero9 = tl.zeros([BLOCK], dtype=DTYPE)
-            _row10 = _mc_row8(
+            _zero13 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row14 = _mc_row8(
                 tl.where((norton_radial_return_solve_converged & fin), state_S_0, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_1, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_2, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_3, K0),
-                tl.where((norton_radial_return_solve_converged & fin), state_S_4, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_5, K0), _zero9, _zero9, BLOCK)
-            tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 8)[None, :], _row10, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6))
-        if V & 14:  # tangent, jacobian, total
-            cse_50 = _mc_sdiv(K6, (K3 * cse_33))
-            cse_258 = (K3 + cse_219)
-            cse_259 = (K6 / cse_258)
-            cse_262 = (K7 * cse_259)
-            cse_263 = (p_E * cse_262 * cse_50)
-            cse_264 = (K3 * cse_263)
-            cse_265 = (cse_14 * cse_264)
-            cse_266 = (cse_15 * cse_264)
-            cse_267 = (cse_16 * cse_264)
-            cse_260 = (K9 * cse_259)
-            cse_261 = (p_E * cse_260)
-            cse_44 = (p_A * p_n * nx_1)
-            cse_45 = (cse_21 * cse_44)
-            cse_49 = (cse_29 + cse_31 - (K10 * cse_0))
-            cse_56 = (cse_17 + cse_31 - (K10 * cse_1))
-            cse_58 = (cse_17 + cse_29 - (K10 * cse_2))
-            # linear solve 1: 1x1, 6 right-hand side(s), unrolled over structural nonzeros
-            ls1_1 = (-K6 - (cse_261 * cse_45))
-            ls1_2 = (K6 / ls1_1)
-            ls1_3 = (-cse_263 * cse_49)
-            ls1_4 = (-cse_263 * cse_56)
-            ls1_5 = (-cse_263 * cse_58)
-            ls1_6 = (-cse_265)
-            ls1_7 = (-cse_266)
-            ls1_8 = (-cse_267)
-            ls1_9 = (ls1_3 * ls1_2)
-            ls1_10 = (ls1_4 * ls1_2)
-            ls1_11 = (ls1_5 * ls1_2)
-            ls1_12 = (ls1_6 * ls1_2)
-            ls1_13 = (ls1_7 * ls1_2)
-            ls1_14 = (ls1_8 * ls1_2)
-            d1 = ls1_9
-            d2 = ls1_10
-            d3 = ls1_11
-            d4 = ls1_12
-            d5 = ls1_13
-            d6 = ls1_14
-            cse_46 = (K8 * cse_34)
-            cse_47 = (cse_45 * cse_46)
-            cse_102 = (cse_15 * cse_47)
-            cse_51 = (K7 * cse_23 * tl.where(nx_0 == 0.0, K11, cse_50) * tl.where(nx_0 == 0.0, K11, _mc_sdiv(K6, (cse_33 * cse_33))))
-            cse_103 = (cse_15 * cse_51)
-            cse_104 = (K8 * cse_103)
-            d7 = ((cse_102 * d1) - (cse_104 * cse_49))
-            cse_232 = (-cse_215)
-            d8 = (cse_232 * d7)
-            d9 = ((cse_102 * d2) - (cse_104 * cse_56))
-            d10 = (cse_232 * d9)
-            d11 = ((cse_102 * d3) - (cse_104 * cse_58))
-            d12 = (cse_232 * d11)
-            cse_91 = (cse_14 * cse_51)
-            cse_98 = (cse_15 * cse_91)
-            d13 = (-cse_98 + (cse_102 * d4))
-            d14 = (cse_232 * d13)
-        if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d8, K0), tl.where((norton_radial_return_solve_converged & fin), d10, K0), tl.where((norton_radial_return_solve_converged & fin), d12, K0), tl.where((norton_radial_return_solve_converged & fin), d14, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 14:  # tangent, jacobian, total
-            cse_90 = (cse_14 * cse_47)
-            cse_92 = (K8 * cse_91)
-            d15 = ((cse_90 * d3) - (cse_58 * cse_92))
-            d16 = (cse_232 * d15)
-            cse_96 = (cse_25 * cse_51)
-            d17 = (cse_36 - cse_96 + (cse_90 * d4))
-            d18 = (cse_215 + (cse_232 * d17))
-            d19 = (-cse_98 + (cse_90 * d5))
-            d20 = (cse_232 * d19)
-            cse_100 = (cse_16 * cse_91)
-            d21 = (-cse_100 + (cse_90 * d6))
-            d22 = (cse_232 * d21)
-        if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d16, K0), tl.where((norton_radial_return_solve_converged & fin), d18, K0), tl.where((norton_radial_return_solve_converged & fin), d20, K0), tl.where((norton_radial_return_solve_converged & fin), d22, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 14:  # tangent, jacobian, total
-            cse_109 = (cse_26 * cse_51)
-            d23 = (cse_36 - cse_109 + (cse_102 * d5))
-            d24 = (cse_215 + (cse_232 * d23))
-            cse_111 = (cse_103 * cse_16)
-            d25 = (-cse_111 + (cse_102 * d6))
-            d26 = (cse_232 * d25)
-            cse_113 = (cse_16 * cse_47)
-            cse_114 = (K8 * cse_16 * cse_51)
-            d27 = ((cse_113 * d1) - (cse_114 * cse_49))
-            d28 = (cse_232 * d27)
-            d29 = ((cse_113 * d2) - (cse_114 * cse_56))
-            d30 = (cse_232 * d29)
-        if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d24, K0), tl.where((norton_radial_return_solve_converged & fin), d26, K0), tl.where((norton_radial_return_solve_converged & fin), d28, K0), tl.where((norton_radial_return_solve_converged & fin), d30, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 2:  # tangent: entries 24 .. 31 of d outputs / d inputs
-            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
-                _row11 = _mc_row8(
-                    tl.where((norton_radial_return_solve_converged & fin), d8, K0), tl.where((norton_radial_return_solve_converged & fin), d10, K0), tl.where((norton_radial_return_solve_converged & fin), d12, K0), tl.where((norton_radial_return_solve_converged & fin), d14, K0),
-                    tl.where((norton_radial_return_solve_converged & fin), d24, K0), tl.where((norton_radial_return_solve_converged & fin), d26, K0), tl.where((norton_radial_return_solve_converged & fin), d28, K0), tl.where((norton_radial_return_solve_converged & fin), d30, K0), BLOCK)
-                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row11, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
-        if V & 14:  # tangent, jacobian, total
-            d31 = ((cse_113 * d3) - (cse_114 * cse_58))
-            d32 = (cse_232 * d31)
-            d33 = (-cse_100 + (cse_113 * d4))
-            d34 = (cse_232 * d33)
-            d35 = (-cse_111 + (cse_113 * d5))
-            d36 = (cse_232 * d35)
-            cse_120 = (cse_27 * cse_51)
-            d37 = (cse_36 - cse_120 + (cse_113 * d6))
-            d38 = (cse_215 + (cse_232 * d37))
-        if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d32, K0), tl.where((norton_radial_return_solve_converged & fin), d34, K0), tl.where((norton_radial_return_solve_converged & fin), d36, K0), tl.where((norton_radial_return_solve_converged & fin), d38, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 14:  # tangent, jacobian, total
-            cse_78 = (cse_32 * cse_47)
-            cse_79 = (cse_32 * cse_51)
-            cse_86 = (cse_15 * cse_79)
-            d39 = (-cse_86 + (cse_78 * d5))
-            cse_230 = (-cse_215)
-            d40 = (cse_230 * d39)
-            cse_88 = (cse_16 * cse_79)
-            d41 = (-cse_88 + (cse_78 * d6))
-            d42 = (cse_230 * d41)
-            d43 = ((cse_90 * d1) - (cse_49 * cse_92))
-            d44 = (cse_232 * d43)
-            d45 = ((cse_90 * d2) - (cse_56 * cse_92))
-            d46 = (cse_232 * d45)
-        if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d40, K0), tl.where((norton_radial_return_solve_converged & fin), d42, K0), tl.where((norton_radial_return_solve_converged & fin), d44, K0), tl.where((norton_radial_return_solve_converged & fin), d46, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 2:  # tangent: entries 16 .. 23 of d outputs / d inputs
-            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
-                _row12 = _mc_row8(
-                    tl.where((norton_radial_return_solve_converged & fin), d40, K0), tl.where((norton_radial_return_solve_converged & fin), d42, K0), tl.where((norton_radial_return_solve_converged & fin), d44, K0), tl.where((norton_radial_return_solve_converged & fin), d46, K0),
-                    tl.where((norton_radial_return_solve_converged & fin), d16, K0), tl.where((norton_radial_return_solve_converged & fin), d18, K0), tl.where((norton_radial_return_solve_converged & fin), d20, K0), tl.where((norton_radial_return_solve_converged & fin), d22, K0), BLOCK)
-                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row12, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
-        if V & 14:  # tangent, jacobian, total
-            cse_80 = (K8 * cse_79)
-            cse_55 = (K4 * cse_35)
-            d47 = (-cse_55 + (cse_78 * d1) - (cse_49 * cse_80))
-            d48 = (cse_223 + (cse_230 * d47))
-            d49 = (-cse_55 + (cse_78 * d2) - (cse_56 * cse_80))
-            d50 = (cse_223 + (cse_230 * d49))
-            cse_43 = (K1 * cse_35)
-            d51 = (cse_43 + (cse_78 * d3) - (cse_58 * cse_80))
-            cse_231 = (cse_215 + cse_223)
-            d52 = (cse_231 + (cse_230 * d51))
-            cse_84 = (cse_14 * cse_79)
-            d53 = (-cse_84 + (cse_78 * d4))
-            d54 = (cse_230 * d53)
-        if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d48, K0), tl.where((norton_radial_return_solve_converged & fin), d50, K0), tl.where((norton_radial_return_solve_converged & fin), d52, K0), tl.where((norton_radial_return_solve_converged & fin), d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 14:  # tangent, jacobian, total
-            cse_48 = (cse_20 * cse_47)
-            cse_52 = (cse_20 * cse_51)
-            cse_53 = (K8 * cse_52)
-            d55 = (cse_43 + (cse_48 * d1) - (cse_49 * cse_53))
-            d56 = (cse_231 + (cse_230 * d55))
-            d57 = (-cse_55 + (cse_48 * d2) - (cse_53 * cse_56))
-            d58 = (cse_223 + (cse_230 * d57))
-            d59 = (-cse_55 + (cse_48 * d3) - (cse_53 * cse_58))
-            d60 = (cse_223 + (cse_230 * d59))
-            cse_60 = (cse_14 * cse_52)
-            d61 = (-cse_60 + (cse_48 * d4))
-            d62 = (cse_230 * d61)
-        if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d56, K0), tl.where((norton_radial_return_solve_converged & fin), d58, K0), tl.where((norton_radial_return_solve_converged & fin), d60, K0), tl.where((norton_radial_return_solve_converged & fin), d62, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 14:  # tangent, jacobian, total
-            cse_62 = (cse_15 * cse_52)
-            d63 = (-cse_62 + (cse_48 * d5))
-            d64 = (cse_230 * d63)
-            cse_64 = (cse_16 * cse_52)
-            d65 = (-cse_64 + (cse_48 * d6))
-            d66 = (cse_230 * d65)
-            cse_66 = (cse_30 * cse_47)
-            cse_67 = (cse_30 * cse_51)
-            cse_68 = (K8 * cse_67)
-            d67 = (-cse_55 + (cse_66 * d1) - (cse_49 * cse_68))
-            d68 = (cse_223 + (cse_230 * d67))
-            d69 = (cse_43 + (cse_66 * d2) - (cse_56 * cse_68))
-            d70 = (cse_231 + (cse_230 * d69))
-        if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d64, K0), tl.where((norton_radial_return_solve_converged & fin), d66, K0), tl.where((norton_radial_return_solve_converged & fin), d68, K0), tl.where((norton_radial_return_solve_converged & fin), d70, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
-            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
-                _row13 = _mc_row8(
-                    tl.where((norton_radial_return_solve_converged & fin), d56, K0), tl.where((norton_radial_return_solve_converged & fin), d58, K0), tl.where((norton_radial_return_solve_converged & fin), d60, K0), tl.where((norton_radial_return_solve_converged & fin), d62, K0),
-                    tl.where((norton_radial_return_solve_converged & fin), d64, K0), tl.where((norton_radial_return_solve_converged & fin), d66, K0), tl.where((norton_radial_return_solve_converged & fin), d68, K0), tl.where((norton_radial_return_solve_converged & fin), d70, K0), BLOCK)
-                tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row13, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
-        if V & 14:  # tangent, jacobian, total
-            d71 = (-cse_55 + (cse_66 * d3) - (cse_58 * cse_68))
-            d72 = (cse_223 + (cse_230 * d71))
-            cse_72 = (cse_14 * cse_67)
-            d73 = (-cse_72 + (cse_66 * d4))
-            d74 = (cse_230 * d73)
-            cse_74 = (cse_15 * cse_67)
-            d75 = (-cse_74 + (cse_66 * d5))
-            d76 = (cse_230 * d75)
-            cse_76 = (cse_16 * cse_67)
-            d77 = (-cse_76 + (cse_66 * d6))
-            d78 = (cse_230 * d77)
-        if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d72, K0), tl.where((norton_radial_return_solve_converged & fin), d74, K0), tl.where((norton_radial_return_solve_converged & fin), d76, K0), tl.where((norton_radial_return_solve_converged & fin), d78, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 2:  # tangent: entries 8 .. 15 of d outputs / d inputs
-            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
-                _row14 = _mc_row8(
-                    tl.where((norton_radial_return_solve_converged & fin), d72, K0), tl.where((norton_radial_return_solve_converged & fin), d74, K0), tl.where((norton_radial_return_solve_converged & fin), d76, K0), tl.where((norton_radial_return_solve_converged & fin), d78, K0),
-                    tl.where((norton_radial_return_solve_converged & fin), d48, K0), tl.where((norton_radial_return_solve_converged & fin), d50, K0), tl.where((norton_radial_return_solve_converged & fin), d52, K0), tl.where((norton_radial_return_solve_converged & fin), d54, K0), BLOCK)
-                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row14, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
+                tl.where((norton_radial_return_solve_converged & fin), state_S_4, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_5, K0), _zero13, _zero13, BLOCK)
+            tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 8)[None, :], _row14, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6))
         if V & 12:  # jacobian, total
-            cse_122 = (cse_46 * state_internal_creep_rate)
-            cse_123 = (cse_122 * cse_20)
-            cse_125 = (cse_122 * cse_30)
-            cse_127 = (cse_122 * cse_32)
-            cse_129 = (cse_122 * cse_14)
-            cse_131 = (cse_122 * cse_15)
-            cse_133 = (cse_122 * cse_16)
-            cse_141 = (-cse_49)
-            cse_142 = (-K6 + cse_43)
-            cse_144 = (-cse_56)
-            cse_146 = (-cse_58)
-            cse_166 = (K6 - cse_36)
-            cse_233 = (-cse_223)
-            cse_236 = (-cse_231)
-            cse_268 = (cse_261 * state_internal_creep_rate)
-            # linear solve 2: 1x1, 8 right-hand side(s), unrolled over structural nonzeros
-            ls2_1 = (-K6 - (cse_261 * cse_45))
-            ls2_2 = (K6 / ls2_1)
-            ls2_3 = (-cse_268)
-            ls2_4 = (-cse_141 * cse_263)
-            ls2_5 = (-cse_144 * cse_263)
-            ls2_6 = (-cse_146 * cse_263)
-            ls2_7 = (cse_268 * ls2_2)
-            ls2_8 = (ls2_3 * ls2_2)
-            ls2_9 = (ls2_4 * ls2_2)
-            ls2_10 = (ls2_5 * ls2_2)
-            ls2_11 = (ls2_6 * ls2_2)
-            ls2_12 = (cse_265 * ls2_2)
-            ls2_13 = (cse_266 * ls2_2)
-            ls2_14 = (cse_267 * ls2_2)
-            d79 = ls2_7
-            d80 = ls2_8
-            d81 = ls2_9
-            d82 = ls2_10
-            d83 = ls2_11
-            d84 = ls2_12
-            d85 = ls2_13
-            d86 = ls2_14
-            d87 = (cse_123 + (cse_48 * d79))
-            d88 = (cse_125 + (cse_66 * d79))
-            d89 = (cse_127 + (cse_78 * d79))
-            d90 = (cse_129 + (cse_90 * d79))
-            d91 = (cse_131 + (cse_102 * d79))
-            d92 = (cse_133 + (cse_113 * d79))
-            d93 = (-cse_123 + (cse_48 * d80))
-            d94 = (-cse_125 + (cse_66 * d80))
-            d95 = (-cse_127 + (cse_78 * d80))
-            d96 = (-cse_129 + (cse_90 * d80))
-            d97 = (-cse_131 + (cse_102 * d80))
-            d98 = (-cse_133 + (cse_113 * d80))
-            d99 = (-cse_142 + (cse_48 * d81) - (cse_141 * cse_53))
-            d100 = (cse_55 + (cse_48 * d82) - (cse_144 * cse_53))
-            d101 = (cse_55 + (cse_48 * d83) - (cse_146 * cse_53))
-            d102 = (cse_60 + (cse_48 * d84))
-            d103 = (cse_62 + (cse_48 * d85))
-            d104 = (cse_64 + (cse_48 * d86))
-            d105 = (cse_55 + (cse_66 * d81) - (cse_141 * cse_68))
-            d106 = (-cse_142 + (cse_66 * d82) - (cse_144 * cse_68))
-            d107 = (cse_55 + (cse_66 * d83) - (cse_146 * cse_68))
-            d108 = (cse_72 + (cse_66 * d84))
-            d109 = (cse_74 + (cse_66 * d85))
-            d110 = (cse_76 + (cse_66 * d86))
-            d111 = (cse_55 + (cse_78 * d81) - (cse_141 * cse_80))
-            d112 = (cse_55 + (cse_78 * d82) - (cse_144 * cse_80))
-            d113 = (-cse_142 + (cse_78 * d83) - (cse_146 * cse_80))
-            d114 = (cse_84 + (cse_78 * d84))
-            d115 = (cse_86 + (cse_78 * d85))
-            d116 = (cse_88 + (cse_78 * d86))
-            d117 = ((cse_90 * d81) - (cse_141 * cse_92))
-            d118 = ((cse_90 * d82) - (cse_144 * cse_92))
-            d119 = ((cse_90 * d83) - (cse_146 * cse_92))
-            d120 = (cse_166 + cse_96 + (cse_90 * d84))
-            d121 = (cse_98 + (cse_90 * d85))
-            d122 = (cse_100 + (cse_90 * d86))
-            d123 = ((cse_102 * d81) - (cse_104 * cse_141))
-            d124 = ((cse_102 * d82) - (cse_104 * cse_144))
-            d125 = ((cse_102 * d83) - (cse_104 * cse_146))
-            d126 = (cse_98 + (cse_102 * d84))
-            d127 = (cse_109 + cse_166 + (cse_102 * d85))
-            d128 = (cse_111 + (cse_102 * d86))
-            d129 = ((cse_113 * d81) - (cse_114 * cse_141))
-            d130 = ((cse_113 * d82) - (cse_114 * cse_144))
-            d131 = ((cse_113 * d83) - (cse_114 * cse_146))
-            d132 = (cse_100 + (cse_113 * d84))
-            d133 = (cse_111 + (cse_113 * d85))
-            d134 = (cse_120 + cse_166 + (cse_113 * d86))
-            cse_234 = (cse_233 * d105)
-            cse_235 = (cse_233 * d111)
-            cse_237 = (cse_233 * d112)
-            cse_238 = (cse_233 * d106)
-            cse_239 = (cse_233 * d107)
-            cse_240 = (cse_233 * d113)
-            cse_241 = (cse_233 * d108)
-            cse_242 = (cse_233 * d114)
-            cse_243 = (cse_233 * d109)
-            cse_244 = (cse_233 * d115)
-            cse_245 = (cse_233 * d110)
-            cse_246 = (cse_233 * d116)
-            cse_247 = (cse_233 * d99)
-            cse_248 = (cse_233 * d100)
-            cse_249 = (cse_233 * d101)
-            cse_250 = (cse_233 * d102)
-            cse_251 = (cse_233 * d103)
-            cse_252 = (cse_233 * d104)
-            d135 = (cse_45 * d1)
-            d136 = (cse_45 * d2)
-            d137 = (cse_45 * d3)
-            d138 = (cse_45 * d4)
-            d139 = (cse_45 * d5)
-            d140 = (cse_45 * d6)
-            d141 = (state_internal_creep_rate + (cse_45 * d79))
-            d142 = (-state_internal_creep_rate + (cse_45 * d80))
-            d143 = (cse_45 * d81)
-            d144 = (cse_45 * d82)
-            d145 = (cse_45 * d83)
-            d146 = (cse_45 * d84)
-            d147 = (cse_45 * d85)
-            d148 = (cse_45 * d86)
-            d149 = (cse_44 * d1)
-            d150 = (cse_44 * d2)
-            d151 = (cse_44 * d3)
-            d152 = (cse_44 * d4)
-            d153 = (cse_44 * d5)
-            d154 = (cse_44 * d6)
-            d155 = (cse_44 * d79)
-            d156 = (cse_44 * d80)
-            d157 = (cse_44 * d81)
-            d158 = (cse_44 * d82)
-            d159 = (cse_44 * d83)
-            d160 = (cse_44 * d84)
-            d161 = (cse_44 * d85)
-            d162 = (cse_44 * d86)
-            d163 = (cse_230 * d87)
-            d164 = (cse_230 * d88)
-            d165 = (cse_230 * d89)
-            d166 = (cse_232 * d90)
-            d167 = (cse_232 * d91)
-            d168 = (cse_232 * d92)
-            d169 = (cse_230 * d93)
-            d170 = (cse_230 * d94)
-            d171 = (cse_230 * d95)
-            d172 = (cse_232 * d96)
-            d173 = (cse_232 * d97)
-            d174 = (cse_232 * d98)
-            d175 = (cse_234 + cse_235 + (cse_236 * d99))
-            d176 = (cse_237 + cse_238 + (cse_236 * d100))
-            d177 = (cse_239 + cse_240 + (cse_236 * d101))
-            d178 = (cse_241 + cse_242 + (cse_236 * d102))
-            d179 = (cse_243 + cse_244 + (cse_236 * d103))
-            d180 = (cse_245 + cse_246 + (cse_236 * d104))
-            d181 = (cse_235 + cse_247 + (cse_236 * d105))
-            d182 = (cse_237 + cse_248 + (cse_236 * d106))
-            d183 = (cse_240 + cse_249 + (cse_236 * d107))
-            d184 = (cse_242 + cse_250 + (cse_236 * d108))
-            d185 = (cse_244 + cse_251 + (cse_236 * d109))
-            d186 = (cse_246 + cse_252 + (cse_236 * d110))
-            d187 = (cse_234 + cse_247 + (cse_236 * d111))
-            d188 = (cse_238 + cse_248 + (cse_236 * d112))
-            d189 = (cse_239 + cse_249 + (cse_236 * d113))
-            d190 = (cse_241 + cse_250 + (cse_236 * d114))
-            d191 = (cse_243 + cse_251 + (cse_236 * d115))
-            d192 = (cse_245 + cse_252 + (cse_236 * d116))
-            d193 = (cse_232 * d117)
-            d194 = (cse_232 * d118)
-            d195 = (cse_232 * d119)
-            d196 = (cse_232 * d120)
-            d197 = (cse_232 * d121)
-            d198 = (cse_232 * d122)
-            d199 = (cse_232 * d123)
-            d200 = (cse_232 * d124)
-            d201 = (cse_232 * d125)
-            d202 = (cse_232 * d126)
-            d203 = (cse_232 * d127)
-            d204 = (cse_232 * d128)
-            d205 = (cse_232 * d129)
-            d206 = (cse_232 * d130)
-            d207 = (cse_232 * d131)
-            d208 = (cse_232 * d132)
-            d209 = (cse_232 * d133)
-            d210 = (cse_232 * d134)
+            dcse_39 = (K1 * cse_35)
+            dcse_40 = (K8 * cse_21)
+            dcse_41 = (p_A * dcse_40)
+            dcse_42 = (p_n * nx_1)
+            dcse_214 = (K3 + cse_219)
+            dcse_231 = (K6 / dcse_214)
+            dcse_43 = (dcse_231 * dcse_42)
+            dcse_44 = (p_E * dcse_43)
+            dcse_208 = _mc_sdiv(K6, (K3 * cse_33))
+            dcse_45 = (dcse_208 * dcse_44)
+            dcse_57 = (p_A * cse_21)
+            dcse_215 = (K9 * dcse_57)
+            dcse_232 = (K6 / (-K6 - (dcse_215 * dcse_44)))
+            dcse_46 = (cse_34 * dcse_232 * dcse_41 * dcse_45)
+            dcse_47 = (cse_23 * tl.where(nx_0 == 0.0, K10, _mc_sdiv(K6, (cse_33 * cse_33))))
+            dcse_48 = (dcse_47 * tl.where(nx_0 == 0.0, K10, dcse_208))
+            dcse_49 = (K8 * dcse_48)
+            dcse_50 = (dcse_46 + dcse_49)
+            dcse_51 = (-dcse_50)
+            dcse_53 = (K7 * cse_20)
+            dcse_54 = (dcse_51 * dcse_53)
+            dcse_55 = (K4 * cse_35)
+            dcse_56 = (-dcse_55)
+            dcse_58 = (dcse_232 * dcse_57)
+            dcse_59 = (cse_34 * dcse_58)
+            dcse_60 = (dcse_45 * dcse_59)
+            dcse_61 = (dcse_48 + dcse_60)
+            dcse_62 = (-dcse_61)
+            dcse_63 = (dcse_53 * dcse_62)
+            dcse_64 = (K7 * cse_30)
+            dcse_65 = (dcse_51 * dcse_64)
+            dcse_66 = (dcse_62 * dcse_64)
+            dcse_67 = (K7 * cse_32)
+            dcse_68 = (dcse_51 * dcse_67)
+            dcse_69 = (dcse_62 * dcse_67)
+            dcse_70 = (K7 * cse_14)
+            dcse_71 = (dcse_51 * dcse_70)
+            dcse_207 = (cse_29 + cse_31 - (K11 * cse_0))
+            dcse_72 = (dcse_207 * dcse_71)
+            dcse_209 = (cse_17 + cse_31 - (K11 * cse_1))
+            dcse_73 = (dcse_209 * dcse_71)
+            dcse_210 = (cse_17 + cse_29 - (K11 * cse_2))
+            dcse_74 = (dcse_210 * dcse_71)
+            dcse_75 = (cse_14 * cse_14)
+            dcse_76 = ((cse_25 * dcse_48) + (dcse_60 * dcse_75))
+            dcse_77 = (-dcse_76)
+            dcse_78 = (dcse_62 * dcse_70)
+            dcse_79 = (cse_15 * dcse_78)
+            dcse_80 = (cse_16 * dcse_78)
+            dcse_81 = (K7 * cse_15)
+            dcse_82 = (dcse_51 * dcse_81)
+            dcse_83 = (dcse_207 * dcse_82)
+            dcse_84 = (dcse_209 * dcse_82)
+            dcse_85 = (dcse_210 * dcse_82)
+            dcse_86 = (cse_15 * cse_15)
+            dcse_87 = ((cse_26 * dcse_48) + (dcse_60 * dcse_86))
+            dcse_88 = (-dcse_87)
+            dcse_89 = (cse_16 * dcse_81)
+            dcse_90 = (dcse_62 * dcse_89)
+            dcse_91 = (K7 * cse_16)
+            dcse_92 = (dcse_51 * dcse_91)
+            dcse_93 = (dcse_207 * dcse_92)
+            dcse_94 = (dcse_209 * dcse_92)
+            dcse_95 = (dcse_210 * dcse_92)
+            dcse_96 = (cse_16 * cse_16)
+            dcse_97 = ((cse_27 * dcse_48) + (dcse_60 * dcse_96))
+            dcse_98 = (-dcse_97)
+            dcse_99 = (K12 * dcse_44)
+            dcse_100 = (K8 + (dcse_58 * dcse_99))
+            dcse_101 = (cse_34 * state_internal_creep_rate)
+            dcse_102 = (dcse_100 * dcse_101)
+            dcse_103 = (cse_20 * dcse_102)
+            dcse_104 = (cse_30 * dcse_102)
+            dcse_105 = (cse_32 * dcse_102)
+            dcse_106 = (cse_14 * dcse_102)
+            dcse_107 = (cse_15 * dcse_102)
+            dcse_108 = (cse_16 * dcse_102)
+            dcse_109 = (-dcse_100 * dcse_101)
+            dcse_110 = (cse_20 * dcse_109)
+            dcse_111 = (cse_30 * dcse_109)
+            dcse_112 = (cse_32 * dcse_109)
+            dcse_113 = (cse_14 * dcse_109)
+            dcse_114 = (cse_15 * dcse_109)
+            dcse_115 = (cse_16 * dcse_109)
+            dcse_116 = (dcse_50 * dcse_70)
+            dcse_117 = (dcse_61 * dcse_70)
+            dcse_118 = (cse_15 * dcse_117)
+            dcse_119 = (cse_16 * dcse_117)
+            dcse_120 = (dcse_50 * dcse_81)
+            dcse_121 = (dcse_61 * dcse_89)
+            dcse_122 = (dcse_50 * dcse_91)
+            dcse_133 = (p_A * dcse_232)
+            dcse_144 = (K7 * dcse_45)
+            dcse_145 = (dcse_144 * dcse_58)
+            dcse_146 = (dcse_145 * dcse_207)
+            dcse_147 = (dcse_145 * dcse_209)
+            dcse_148 = (dcse_145 * dcse_210)
+            dcse_149 = (K3 * dcse_45)
+            dcse_150 = (dcse_149 * dcse_58)
+            dcse_151 = (dcse_150 * dcse_70)
+            dcse_152 = (dcse_150 * dcse_81)
+            dcse_153 = (dcse_150 * dcse_91)
+            dcse_154 = (K9 * dcse_44)
+            dcse_155 = (K6 + (dcse_154 * dcse_58))
+            dcse_159 = (dcse_133 * dcse_144)
+            dcse_160 = (dcse_159 * dcse_207)
+            dcse_161 = (dcse_159 * dcse_209)
+            dcse_162 = (dcse_159 * dcse_210)
+            dcse_163 = (dcse_133 * dcse_149)
+            dcse_164 = (dcse_163 * dcse_70)
+            dcse_165 = (dcse_163 * dcse_81)
+            dcse_166 = (dcse_163 * dcse_91)
+            dcse_167 = (dcse_133 * dcse_154 * state_internal_creep_rate)
+            dcse_190 = (cse_215 * dcse_79)
+            dcse_191 = (cse_215 * dcse_80)
+            dcse_192 = (cse_215 * dcse_90)
+            dcse_211 = (K6 - cse_36)
+            dcse_212 = (cse_215 + cse_223)
+            dcse_229 = (-K6 + dcse_39)
+            dcse_216 = (-dcse_229)
+            dcse_217 = (dcse_46 * dcse_53)
+            dcse_218 = (dcse_49 * dcse_53)
+            dcse_219 = (dcse_53 * dcse_60)
+            dcse_220 = (dcse_48 * dcse_53)
+            dcse_221 = (dcse_46 * dcse_64)
+            dcse_222 = (dcse_49 * dcse_64)
+            dcse_223 = (dcse_60 * dcse_64)
+            dcse_224 = (dcse_48 * dcse_64)
+            dcse_225 = (dcse_46 * dcse_67)
+            dcse_226 = (dcse_49 * dcse_67)
+            dcse_227 = (dcse_60 * dcse_67)
+            dcse_228 = (dcse_48 * dcse_67)
+            dcse_233 = (dcse_216 + (dcse_207 * dcse_217) + (dcse_207 * dcse_218))
+            dcse_234 = (dcse_55 + (dcse_209 * dcse_217) + (dcse_209 * dcse_218))
+            dcse_235 = (dcse_55 + (dcse_210 * dcse_217) + (dcse_210 * dcse_218))
+            dcse_236 = ((cse_14 * dcse_219) + (cse_14 * dcse_220))
+            dcse_237 = ((cse_15 * dcse_219) + (cse_15 * dcse_220))
+            dcse_238 = ((cse_16 * dcse_219) + (cse_16 * dcse_220))
+            dcse_239 = (dcse_55 + (dcse_207 * dcse_221) + (dcse_207 * dcse_222))
+            dcse_240 = (dcse_216 + (dcse_209 * dcse_221) + (dcse_209 * dcse_222))
+            dcse_241 = (dcse_55 + (dcse_210 * dcse_221) + (dcse_210 * dcse_222))
+            dcse_242 = ((cse_14 * dcse_223) + (cse_14 * dcse_224))
+            dcse_243 = ((cse_15 * dcse_223) + (cse_15 * dcse_224))
+            dcse_244 = ((cse_16 * dcse_223) + (cse_16 * dcse_224))
+            dcse_245 = (dcse_55 + (dcse_207 * dcse_225) + (dcse_207 * dcse_226))
+            dcse_246 = (dcse_55 + (dcse_209 * dcse_225) + (dcse_209 * dcse_226))
+            dcse_247 = (dcse_216 + (dcse_210 * dcse_225) + (dcse_210 * dcse_226))
+            dcse_248 = ((cse_14 * dcse_227) + (cse_14 * dcse_228))
+            dcse_249 = ((cse_15 * dcse_227) + (cse_15 * dcse_228))
+            dcse_250 = ((cse_16 * dcse_227) + (cse_16 * dcse_228))
         if V & 8:  # total
-            cse_194 = (cse_21 * nx_0)
-            cse_195 = (cse_194 * cse_46)
-            cse_202 = (p_A * tl.where(state_internal_svm > 0.0, (nx_0 * tl.log(state_internal_svm)), K11))
-            cse_203 = (cse_202 * cse_21)
-            cse_204 = (cse_203 * cse_46)
-            cse_253 = (cse_218 * cse_222)
-            cse_254 = (cse_214 * cse_253)
-            cse_255 = (p_E * (cse_214 * cse_214))
-            cse_256 = (cse_215 * cse_218)
-            cse_257 = ((cse_221 * cse_256) - (cse_253 * cse_255) + (cse_219 * cse_256 * (cse_221 * cse_221)))
-            cse_269 = (cse_259 * cse_259)
-            # linear solve 3: 1x1, 4 right-hand side(s), unrolled over structural nonzeros
-            ls3_1 = (-K6 - (cse_261 * cse_45))
-            ls3_2 = (K6 / ls3_1)
-            ls3_3 = ((cse_23 * cse_260) - (cse_262 * cse_33))
-            ls3_4 = (-(K12 * p_E * cse_23 * cse_269) + (K13 * p_E * cse_269 * cse_33))
-            ls3_5 = (cse_194 * cse_261)
-            ls3_6 = (cse_203 * cse_261)
-            ls3_7 = (ls3_3 * ls3_2)
-            ls3_8 = (ls3_4 * ls3_2)
-            ls3_9 = (ls3_5 * ls3_2)
-            ls3_10 = (ls3_6 * ls3_2)
-            d211 = ls3_7
-            d212 = ls3_8
-            d213 = ls3_9
-            d214 = ls3_10
-            d215 = (cse_48 * d211)
-            d216 = (cse_66 * d211)
-            d217 = (cse_78 * d211)
-            d218 = (cse_90 * d211)
-            d219 = (cse_102 * d211)
-            d220 = (cse_113 * d211)
-            d221 = (cse_48 * d212)
-            d222 = (cse_66 * d212)
-            d223 = (cse_78 * d212)
-            d224 = (cse_90 * d212)
-            d225 = (cse_102 * d212)
-            d226 = (cse_113 * d212)
-            d227 = ((cse_195 * cse_20) + (cse_48 * d213))
-            d228 = ((cse_195 * cse_30) + (cse_66 * d213))
-            d229 = ((cse_195 * cse_32) + (cse_78 * d213))
-            d230 = ((cse_14 * cse_195) + (cse_90 * d213))
-            d231 = ((cse_102 * d213) + (cse_15 * cse_195))
-            d232 = ((cse_113 * d213) + (cse_16 * cse_195))
-            d233 = ((cse_20 * cse_204) + (cse_48 * d214))
-            d234 = ((cse_204 * cse_30) + (cse_66 * d214))
-            d235 = ((cse_204 * cse_32) + (cse_78 * d214))
-            d236 = ((cse_14 * cse_204) + (cse_90 * d214))
-            d237 = ((cse_102 * d214) + (cse_15 * cse_204))
-            d238 = ((cse_113 * d214) + (cse_16 * cse_204))
-            d239 = (cse_45 * d211)
-            d240 = (cse_45 * d212)
-            d241 = (cse_194 + (cse_45 * d213))
-            d242 = (cse_203 + (cse_45 * d214))
-            d243 = (cse_44 * d211)
-            d244 = (cse_44 * d212)
-            d245 = (nx_0 + (cse_44 * d213))
-            d246 = (cse_202 + (cse_44 * d214))
-            d247 = (cse_254 + (cse_212 * cse_214) + (cse_230 * d215))
-            d248 = (cse_254 + (cse_214 * cse_225) + (cse_230 * d216))
-            d249 = (cse_254 + (cse_214 * cse_226) + (cse_230 * d217))
-            d250 = ((cse_214 * cse_227) + (cse_232 * d218))
-            d251 = ((cse_214 * cse_228) + (cse_232 * d219))
-            d252 = ((cse_214 * cse_229) + (cse_232 * d220))
-            d253 = (cse_257 + (cse_230 * d221) - (cse_212 * cse_255))
-            d254 = (cse_257 + (cse_230 * d222) - (cse_225 * cse_255))
-            d255 = (cse_257 + (cse_230 * d223) - (cse_226 * cse_255))
-            d256 = ((cse_232 * d224) - (cse_227 * cse_255))
-            d257 = ((cse_232 * d225) - (cse_228 * cse_255))
-            d258 = ((cse_232 * d226) - (cse_229 * cse_255))
-            d259 = (cse_230 * d227)
-            d260 = (cse_230 * d228)
-            d261 = (cse_230 * d229)
-            d262 = (cse_232 * d230)
-            d263 = (cse_232 * d231)
-            d264 = (cse_232 * d232)
-            d265 = (cse_230 * d233)
-            d266 = (cse_230 * d234)
-            d267 = (cse_230 * d235)
-            d268 = (cse_232 * d236)
-            d269 = (cse_232 * d237)
-            d270 = (cse_232 * d238)
+            dcse_123 = ((K12 * cse_23) - (K13 * cse_33))
+            dcse_124 = (dcse_123 * dcse_43)
+            dcse_125 = (cse_20 * cse_34)
+            dcse_126 = (dcse_125 * dcse_58)
+            dcse_127 = (dcse_124 * dcse_59)
+            dcse_128 = ((K9 * cse_23) - (K7 * cse_33))
+            dcse_129 = (p_E * dcse_42)
+            dcse_130 = (dcse_129 * (dcse_231 * dcse_231))
+            dcse_131 = (-dcse_128 * dcse_130)
+            dcse_132 = (dcse_131 * dcse_59)
+            dcse_134 = (cse_21 * cse_21)
+            dcse_135 = (dcse_134 * dcse_99)
+            dcse_136 = (dcse_40 + (dcse_133 * dcse_135))
+            dcse_137 = (dcse_136 * nx_0)
+            dcse_138 = (cse_34 * dcse_137)
+            dcse_139 = tl.where(state_internal_svm > 0.0, (nx_0 * tl.log(state_internal_svm)), K10)
+            dcse_140 = (dcse_232 * (p_A * p_A))
+            dcse_141 = (dcse_41 + (dcse_135 * dcse_140))
+            dcse_142 = (dcse_139 * dcse_141)
+            dcse_143 = (cse_34 * dcse_142)
+            dcse_156 = (dcse_128 * dcse_43)
+            dcse_157 = (dcse_130 * (-(K14 * cse_23) + (K15 * cse_33)))
+            dcse_158 = (dcse_134 * dcse_154)
+            dcse_193 = (cse_218 * cse_222)
+            dcse_194 = (cse_215 * dcse_125)
+            dcse_195 = (dcse_194 * dcse_58)
+            dcse_196 = (-dcse_123 * dcse_43)
+            dcse_197 = (cse_215 * cse_34)
+            dcse_198 = (dcse_197 * dcse_58)
+            dcse_199 = (dcse_196 * dcse_198)
+            dcse_200 = (p_E * (cse_214 * cse_214))
+            dcse_201 = (dcse_128 * dcse_130)
+            dcse_202 = (dcse_198 * dcse_201)
+            dcse_203 = (-dcse_136 * nx_0)
+            dcse_204 = (dcse_197 * dcse_203)
+            dcse_205 = (-dcse_139 * dcse_141)
+            dcse_206 = (dcse_197 * dcse_205)
+            dcse_213 = (cse_215 * cse_218)
+            dcse_230 = ((cse_221 * dcse_213) - (dcse_193 * dcse_200) + (cse_219 * dcse_213 * (cse_221 * cse_221)))
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
             _row15 = _mc_row32(
-                tl.where((norton_radial_return_solve_converged & fin), d55, K0), tl.where((norton_radial_return_solve_converged & fin), d57, K0), tl.where((norton_radial_return_solve_converged & fin), d59, K0), tl.where((norton_radial_return_solve_converged & fin), d61, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d63, K0), tl.where((norton_radial_return_solve_converged & fin), d65, K0), tl.where((norton_radial_return_solve_converged & fin), d87, K0), tl.where((norton_radial_return_solve_converged & fin), d93, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d99, K0), tl.where((norton_radial_return_solve_converged & fin), d100, K0), tl.where((norton_radial_return_solve_converged & fin), d101, K0), tl.where((norton_radial_return_solve_converged & fin), d102, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d103, K0), tl.where((norton_radial_return_solve_converged & fin), d104, K0), tl.where((norton_radial_return_solve_converged & fin), K11, K0), tl.where((norton_radial_return_solve_converged & fin), d67, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d69, K0), tl.where((norton_radial_return_solve_converged & fin), d71, K0), tl.where((norton_radial_return_solve_converged & fin), d73, K0), tl.where((norton_radial_return_solve_converged & fin), d75, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d77, K0), tl.where((norton_radial_return_solve_converged & fin), d88, K0), tl.where((norton_radial_return_solve_converged & fin), d94, K0), tl.where((norton_radial_return_solve_converged & fin), d105, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d106, K0), tl.where((norton_radial_return_solve_converged & fin), d107, K0), tl.where((norton_radial_return_solve_converged & fin), d108, K0), tl.where((norton_radial_return_solve_converged & fin), d109, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d110, K0), tl.where((norton_radial_return_solve_converged & fin), K11, K0), tl.where((norton_radial_return_solve_converged & fin), d47, K0), tl.where((norton_radial_return_solve_converged & fin), d49, K0), BLOCK)
+                tl.where((norton_radial_return_solve_converged & fin), (dcse_39 + (dcse_207 * dcse_54)), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_56 + (dcse_209 * dcse_54)), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_56 + (dcse_210 * dcse_54)), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_14 * dcse_63), K0),
+                tl.where((norton_radial_return_solve_converged & fin), (cse_15 * dcse_63), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_16 * dcse_63), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_103, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_110, K0),
+                tl.where((norton_radial_return_solve_converged & fin), dcse_233, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_234, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_235, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_236, K0),
+                tl.where((norton_radial_return_solve_converged & fin), dcse_237, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_238, K0), tl.where((norton_radial_return_solve_converged & fin), K10, K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_56 + (dcse_207 * dcse_65)), K0),
+                tl.where((norton_radial_return_solve_converged & fin), (dcse_39 + (dcse_209 * dcse_65)), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_56 + (dcse_210 * dcse_65)), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_14 * dcse_66), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_15 * dcse_66), K0),
+                tl.where((norton_radial_return_solve_converged & fin), (cse_16 * dcse_66), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_104, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_111, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_239, K0),
+                tl.where((norton_radial_return_solve_converged & fin), dcse_240, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_241, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_242, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_243, K0),
+                tl.where((norton_radial_return_solve_converged & fin), dcse_244, K0), tl.where((norton_radial_return_solve_converged & fin), K10, K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_56 + (dcse_207 * dcse_68)), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_56 + (dcse_209 * dcse_68)), K0), BLOCK)
             _k16 = tl.arange(0, 32)[None, :]
             tl.store(J + row[:, None] * j_stride + _k16 + (_k16 // 15) * (4 * (V // 8)), _row15, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row17 = _mc_row32(
-                tl.where((norton_radial_return_solve_converged & fin), d51, K0), tl.where((norton_radial_return_solve_converged & fin), d53, K0), tl.where((norton_radial_return_solve_converged & fin), d39, K0), tl.where((norton_radial_return_solve_converged & fin), d41, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d89, K0), tl.where((norton_radial_return_solve_converged & fin), d95, K0), tl.where((norton_radial_return_solve_converged & fin), d111, K0), tl.where((norton_radial_return_solve_converged & fin), d112, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d113, K0), tl.where((norton_radial_return_solve_converged & fin), d114, K0), tl.where((norton_radial_return_solve_converged & fin), d115, K0), tl.where((norton_radial_return_solve_converged & fin), d116, K0),
-                tl.where((norton_radial_return_solve_converged & fin), K11, K0), tl.where((norton_radial_return_solve_converged & fin), d43, K0), tl.where((norton_radial_return_solve_converged & fin), d45, K0), tl.where((norton_radial_return_solve_converged & fin), d15, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d17, K0), tl.where((norton_radial_return_solve_converged & fin), d19, K0), tl.where((norton_radial_return_solve_converged & fin), d21, K0), tl.where((norton_radial_return_solve_converged & fin), d90, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d96, K0), tl.where((norton_radial_return_solve_converged & fin), d117, K0), tl.where((norton_radial_return_solve_converged & fin), d118, K0), tl.where((norton_radial_return_solve_converged & fin), d119, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d120, K0), tl.where((norton_radial_return_solve_converged & fin), d121, K0), tl.where((norton_radial_return_solve_converged & fin), d122, K0), tl.where((norton_radial_return_solve_converged & fin), K11, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d7, K0), tl.where((norton_radial_return_solve_converged & fin), d9, K0), tl.where((norton_radial_return_solve_converged & fin), d11, K0), tl.where((norton_radial_return_solve_converged & fin), d13, K0), BLOCK)
+                tl.where((norton_radial_return_solve_converged & fin), (dcse_39 + (dcse_210 * dcse_68)), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_14 * dcse_69), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_15 * dcse_69), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_16 * dcse_69), K0),
+                tl.where((norton_radial_return_solve_converged & fin), dcse_105, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_112, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_245, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_246, K0),
+                tl.where((norton_radial_return_solve_converged & fin), dcse_247, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_248, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_249, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_250, K0),
+                tl.where((norton_radial_return_solve_converged & fin), K10, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_72, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_73, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_74, K0),
+                tl.where((norton_radial_return_solve_converged & fin), (cse_36 + (K7 * dcse_77)), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_79, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_80, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_106, K0),
+                tl.where((norton_radial_return_solve_converged & fin), dcse_113, K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_116 * dcse_207), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_116 * dcse_209), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_116 * dcse_210), K0),
+                tl.where((norton_radial_return_solve_converged & fin), (dcse_211 + (K7 * dcse_76)), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_118, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_119, K0), tl.where((norton_radial_return_solve_converged & fin), K10, K0),
+                tl.where((norton_radial_return_solve_converged & fin), dcse_83, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_84, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_85, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_79, K0), BLOCK)
             _k18 = tl.arange(0, 32)[None, :] + 32
             tl.store(J + row[:, None] * j_stride + _k18 + (_k18 // 15) * (4 * (V // 8)), _row17, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row19 = _mc_row32(
-                tl.where((norton_radial_return_solve_converged & fin), d23, K0), tl.where((norton_radial_return_solve_converged & fin), d25, K0), tl.where((norton_radial_return_solve_converged & fin), d91, K0), tl.where((norton_radial_return_solve_converged & fin), d97, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d123, K0), tl.where((norton_radial_return_solve_converged & fin), d124, K0), tl.where((norton_radial_return_solve_converged & fin), d125, K0), tl.where((norton_radial_return_solve_converged & fin), d126, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d127, K0), tl.where((norton_radial_return_solve_converged & fin), d128, K0), tl.where((norton_radial_return_solve_converged & fin), K11, K0), tl.where((norton_radial_return_solve_converged & fin), d27, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d29, K0), tl.where((norton_radial_return_solve_converged & fin), d31, K0), tl.where((norton_radial_return_solve_converged & fin), d33, K0), tl.where((norton_radial_return_solve_converged & fin), d35, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d37, K0), tl.where((norton_radial_return_solve_converged & fin), d92, K0), tl.where((norton_radial_return_solve_converged & fin), d98, K0), tl.where((norton_radial_return_solve_converged & fin), d129, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d130, K0), tl.where((norton_radial_return_solve_converged & fin), d131, K0), tl.where((norton_radial_return_solve_converged & fin), d132, K0), tl.where((norton_radial_return_solve_converged & fin), d133, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d134, K0), tl.where((norton_radial_return_solve_converged & fin), K11, K0), tl.where((norton_radial_return_solve_converged & fin), d135, K0), tl.where((norton_radial_return_solve_converged & fin), d136, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d137, K0), tl.where((norton_radial_return_solve_converged & fin), d138, K0), tl.where((norton_radial_return_solve_converged & fin), d139, K0), tl.where((norton_radial_return_solve_converged & fin), d140, K0), BLOCK)
+                tl.where((norton_radial_return_solve_converged & fin), (cse_36 + (K7 * dcse_88)), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_90, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_107, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_114, K0),
+                tl.where((norton_radial_return_solve_converged & fin), (dcse_120 * dcse_207), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_120 * dcse_209), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_120 * dcse_210), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_118, K0),
+                tl.where((norton_radial_return_solve_converged & fin), (dcse_211 + (K7 * dcse_87)), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_121, K0), tl.where((norton_radial_return_solve_converged & fin), K10, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_93, K0),
+                tl.where((norton_radial_return_solve_converged & fin), dcse_94, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_95, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_80, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_90, K0),
+                tl.where((norton_radial_return_solve_converged & fin), (cse_36 + (K7 * dcse_98)), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_108, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_115, K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_122 * dcse_207), K0),
+                tl.where((norton_radial_return_solve_converged & fin), (dcse_122 * dcse_209), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_122 * dcse_210), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_119, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_121, K0),
+                tl.where((norton_radial_return_solve_converged & fin), (dcse_211 + (K7 * dcse_97)), K0), tl.where((norton_radial_return_solve_converged & fin), K10, K0), tl.where((norton_radial_return_solve_converged & fin), (-dcse_146), K0), tl.where((norton_radial_return_solve_converged & fin), (-dcse_147), K0),
+                tl.where((norton_radial_return_solve_converged & fin), (-dcse_148), K0), tl.where((norton_radial_return_solve_converged & fin), (-dcse_151), K0), tl.where((norton_radial_return_solve_converged & fin), (-dcse_152), K0), tl.where((norton_radial_return_solve_converged & fin), (-dcse_153), K0), BLOCK)
             _k20 = tl.arange(0, 32)[None, :] + 64
             tl.store(J + row[:, None] * j_stride + _k20 + (_k20 // 15) * (4 * (V // 8)), _row19, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row21 = _mc_row32(
-                tl.where((norton_radial_return_solve_converged & fin), d141, K0), tl.where((norton_radial_return_solve_converged & fin), d142, K0), tl.where((norton_radial_return_solve_converged & fin), d143, K0), tl.where((norton_radial_return_solve_converged & fin), d144, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d145, K0), tl.where((norton_radial_return_solve_converged & fin), d146, K0), tl.where((norton_radial_return_solve_converged & fin), d147, K0), tl.where((norton_radial_return_solve_converged & fin), d148, K0),
-                tl.where((norton_radial_return_solve_converged & fin), K6, K0), tl.where((norton_radial_return_solve_converged & fin), d149, K0), tl.where((norton_radial_return_solve_converged & fin), d150, K0), tl.where((norton_radial_return_solve_converged & fin), d151, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d152, K0), tl.where((norton_radial_return_solve_converged & fin), d153, K0), tl.where((norton_radial_return_solve_converged & fin), d154, K0), tl.where((norton_radial_return_solve_converged & fin), d155, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d156, K0), tl.where((norton_radial_return_solve_converged & fin), d157, K0), tl.where((norton_radial_return_solve_converged & fin), d158, K0), tl.where((norton_radial_return_solve_converged & fin), d159, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d160, K0), tl.where((norton_radial_return_solve_converged & fin), d161, K0), tl.where((norton_radial_return_solve_converged & fin), d162, K0), tl.where((norton_radial_return_solve_converged & fin), K11, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d56, K0), tl.where((norton_radial_return_solve_converged & fin), d58, K0), tl.where((norton_radial_return_solve_converged & fin), d60, K0), tl.where((norton_radial_return_solve_converged & fin), d62, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d64, K0), tl.where((norton_radial_return_solve_converged & fin), d66, K0), tl.where((norton_radial_return_solve_converged & fin), d163, K0), tl.where((norton_radial_return_solve_converged & fin), d169, K0), BLOCK)
+                tl.where((norton_radial_return_solve_converged & fin), (dcse_155 * state_internal_creep_rate), K0), tl.where((norton_radial_return_solve_converged & fin), (-dcse_155 * state_internal_creep_rate), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_146, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_147, K0),
+                tl.where((norton_radial_return_solve_converged & fin), dcse_148, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_151, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_152, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_153, K0),
+                tl.where((norton_radial_return_solve_converged & fin), K6, K0), tl.where((norton_radial_return_solve_converged & fin), (-dcse_160), K0), tl.where((norton_radial_return_solve_converged & fin), (-dcse_161), K0), tl.where((norton_radial_return_solve_converged & fin), (-dcse_162), K0),
+                tl.where((norton_radial_return_solve_converged & fin), (-dcse_164), K0), tl.where((norton_radial_return_solve_converged & fin), (-dcse_165), K0), tl.where((norton_radial_return_solve_converged & fin), (-dcse_166), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_167, K0),
+                tl.where((norton_radial_return_solve_converged & fin), (-dcse_167), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_160, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_161, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_162, K0),
+                tl.where((norton_radial_return_solve_converged & fin), dcse_164, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_165, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_166, K0), tl.where((norton_radial_return_solve_converged & fin), K10, K0),
+                tl.where((norton_radial_return_solve_converged & fin), (dcse_292 + (dcse_260 * dcse_283)), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_293 + (dcse_260 * dcse_284)), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_293 + (dcse_260 * dcse_285)), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_14 * dcse_261), K0),
+                tl.where((norton_radial_return_solve_converged & fin), (cse_15 * dcse_261), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_16 * dcse_261), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_215 * dcse_110), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_215 * dcse_103), K0), BLOCK)
             _k22 = tl.arange(0, 32)[None, :] + 96
             tl.store(J + row[:, None] * j_stride + _k22 + (_k22 // 15) * (4 * (V // 8)), _row21, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row23 = _mc_row32(
-                tl.where((norton_radial_return_solve_converged & fin), d175, K0), tl.where((norton_radial_return_solve_converged & fin), d176, K0), tl.where((norton_radial_return_solve_converged & fin), d177, K0), tl.where((norton_radial_return_solve_converged & fin), d178, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d179, K0), tl.where((norton_radial_return_solve_converged & fin), d180, K0), tl.where((norton_radial_return_solve_converged & fin), K11, K0), tl.where((norton_radial_return_solve_converged & fin), d68, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d70, K0), tl.where((norton_radial_return_solve_converged & fin), d72, K0), tl.where((norton_radial_return_solve_converged & fin), d74, K0), tl.where((norton_radial_return_solve_converged & fin), d76, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d78, K0), tl.where((norton_radial_return_solve_converged & fin), d164, K0), tl.where((norton_radial_return_solve_converged & fin), d170, K0), tl.where((norton_radial_return_solve_converged & fin), d181, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d182, K0), tl.where((norton_radial_return_solve_converged & fin), d183, K0), tl.where((norton_radial_return_solve_converged & fin), d184, K0), tl.where((norton_radial_return_solve_converged & fin), d185, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d186, K0), tl.where((norton_radial_return_solve_converged & fin), K11, K0), tl.where((norton_radial_return_solve_converged & fin), d48, K0), tl.where((norton_radial_return_solve_converged & fin), d50, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d52, K0), tl.where((norton_radial_return_solve_converged & fin), d54, K0), tl.where((norton_radial_return_solve_converged & fin), d40, K0), tl.where((norton_radial_return_solve_converged & fin), d42, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d165, K0), tl.where((norton_radial_return_solve_converged & fin), d171, K0), tl.where((norton_radial_return_solve_converged & fin), d187, K0), tl.where((norton_radial_return_solve_converged & fin), d188, K0), BLOCK)
+                tl.where((norton_radial_return_solve_converged & fin), ((cse_223 * (-dcse_239 - dcse_245)) - (dcse_212 * dcse_233)), K0), tl.where((norton_radial_return_solve_converged & fin), ((cse_223 * (-dcse_240 - dcse_246)) - (dcse_212 * dcse_234)), K0), tl.where((norton_radial_return_solve_converged & fin), ((cse_223 * (-dcse_241 - dcse_247)) - (dcse_212 * dcse_235)), K0), tl.where((norton_radial_return_solve_converged & fin), ((cse_223 * (-dcse_242 - dcse_248)) - (dcse_212 * dcse_236)), K0),
+                tl.where((norton_radial_return_solve_converged & fin), ((cse_223 * (-dcse_243 - dcse_249)) - (dcse_212 * dcse_237)), K0), tl.where((norton_radial_return_solve_converged & fin), ((cse_223 * (-dcse_244 - dcse_250)) - (dcse_212 * dcse_238)), K0), tl.where((norton_radial_return_solve_converged & fin), K10, K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_293 + (dcse_263 * dcse_283)), K0),
+                tl.where((norton_radial_return_solve_converged & fin), (dcse_292 + (dcse_263 * dcse_284)), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_293 + (dcse_263 * dcse_285)), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_14 * dcse_264), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_15 * dcse_264), K0),
+                tl.where((norton_radial_return_solve_converged & fin), (cse_16 * dcse_264), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_215 * dcse_111), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_215 * dcse_104), K0), tl.where((norton_radial_return_solve_converged & fin), ((cse_223 * (-dcse_233 - dcse_245)) - (dcse_212 * dcse_239)), K0),
+                tl.where((norton_radial_return_solve_converged & fin), ((cse_223 * (-dcse_234 - dcse_246)) - (dcse_212 * dcse_240)), K0), tl.where((norton_radial_return_solve_converged & fin), ((cse_223 * (-dcse_235 - dcse_247)) - (dcse_212 * dcse_241)), K0), tl.where((norton_radial_return_solve_converged & fin), ((cse_223 * (-dcse_236 - dcse_248)) - (dcse_212 * dcse_242)), K0), tl.where((norton_radial_return_solve_converged & fin), ((cse_223 * (-dcse_237 - dcse_249)) - (dcse_212 * dcse_243)), K0),
+                tl.where((norton_radial_return_solve_converged & fin), ((cse_223 * (-dcse_238 - dcse_250)) - (dcse_212 * dcse_244)), K0), tl.where((norton_radial_return_solve_converged & fin), K10, K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_293 + (dcse_266 * dcse_283)), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_293 + (dcse_266 * dcse_284)), K0),
+                tl.where((norton_radial_return_solve_converged & fin), (dcse_292 + (dcse_266 * dcse_285)), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_14 * dcse_267), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_15 * dcse_267), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_16 * dcse_267), K0),
+                tl.where((norton_radial_return_solve_converged & fin), (cse_215 * dcse_112), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_215 * dcse_105), K0), tl.where((norton_radial_return_solve_converged & fin), ((cse_223 * (-dcse_233 - dcse_239)) - (dcse_212 * dcse_245)), K0), tl.where((norton_radial_return_solve_converged & fin), ((cse_223 * (-dcse_234 - dcse_240)) - (dcse_212 * dcse_246)), K0), BLOCK)
             _k24 = tl.arange(0, 32)[None, :] + 128
             tl.store(J + row[:, None] * j_stride + _k24 + (_k24 // 15) * (4 * (V // 8)), _row23, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row25 = _mc_row32(
-                tl.where((norton_radial_return_solve_converged & fin), d189, K0), tl.where((norton_radial_return_solve_converged & fin), d190, K0), tl.where((norton_radial_return_solve_converged & fin), d191, K0), tl.where((norton_radial_return_solve_converged & fin), d192, K0),
-                tl.where((norton_radial_return_solve_converged & fin), K11, K0), tl.where((norton_radial_return_solve_converged & fin), d44, K0), tl.where((norton_radial_return_solve_converged & fin), d46, K0), tl.where((norton_radial_return_solve_converged & fin), d16, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d18, K0), tl.where((norton_radial_return_solve_converged & fin), d20, K0), tl.where((norton_radial_return_solve_converged & fin), d22, K0), tl.where((norton_radial_return_solve_converged & fin), d166, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d172, K0), tl.where((norton_radial_return_solve_converged & fin), d193, K0), tl.where((norton_radial_return_solve_converged & fin), d194, K0), tl.where((norton_radial_return_solve_converged & fin), d195, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d196, K0), tl.where((norton_radial_return_solve_converged & fin), d197, K0), tl.where((norton_radial_return_solve_converged & fin), d198, K0), tl.where((norton_radial_return_solve_converged & fin), K11, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d8, K0), tl.where((norton_radial_return_solve_converged & fin), d10, K0), tl.where((norton_radial_return_solve_converged & fin), d12, K0), tl.where((norton_radial_return_solve_converged & fin), d14, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d24, K0), tl.where((norton_radial_return_solve_converged & fin), d26, K0), tl.where((norton_radial_return_solve_converged & fin), d167, K0), tl.where((norton_radial_return_solve_converged & fin), d173, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d199, K0), tl.where((norton_radial_return_solve_converged & fin), d200, K0), tl.where((norton_radial_return_solve_converged & fin), d201, K0), tl.where((norton_radial_return_solve_converged & fin), d202, K0), BLOCK)
+                tl.where((norton_radial_return_solve_converged & fin), ((cse_223 * (-dcse_235 - dcse_241)) - (dcse_212 * dcse_247)), K0), tl.where((norton_radial_return_solve_converged & fin), ((cse_223 * (-dcse_236 - dcse_242)) - (dcse_212 * dcse_248)), K0), tl.where((norton_radial_return_solve_converged & fin), ((cse_223 * (-dcse_237 - dcse_243)) - (dcse_212 * dcse_249)), K0), tl.where((norton_radial_return_solve_converged & fin), ((cse_223 * (-dcse_238 - dcse_244)) - (dcse_212 * dcse_250)), K0),
+                tl.where((norton_radial_return_solve_converged & fin), K10, K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_269 * dcse_283), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_269 * dcse_284), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_269 * dcse_285), K0),
+                tl.where((norton_radial_return_solve_converged & fin), (cse_215 * (dcse_290 + (K7 * ((cse_25 * dcse_272) + (dcse_271 * (cse_14 * cse_14)))))), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_274, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_275, K0), tl.where((norton_radial_return_solve_converged & fin), (cse_215 * dcse_113), K0),
+                tl.where((norton_radial_return_solve_converged & fin), (cse_215 * dcse_106), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_215 * dcse_72), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_215 * dcse_73), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_215 * dcse_74), K0),
+                tl.where((norton_radial_return_solve_converged & fin), (cse_215 * (-dcse_211 + (K7 * dcse_77))), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_190, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_191, K0), tl.where((norton_radial_return_solve_converged & fin), K10, K0),
+                tl.where((norton_radial_return_solve_converged & fin), (dcse_277 * dcse_283), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_277 * dcse_284), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_277 * dcse_285), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_274, K0),
+                tl.where((norton_radial_return_solve_converged & fin), (cse_215 * (dcse_290 + (K7 * ((cse_26 * dcse_272) + (dcse_271 * (cse_15 * cse_15)))))), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_278, K0), tl.where((norton_radial_return_solve_converged & fin), (cse_215 * dcse_114), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_215 * dcse_107), K0),
+                tl.where((norton_radial_return_solve_converged & fin), (cse_215 * dcse_83), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_215 * dcse_84), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_215 * dcse_85), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_190, K0), BLOCK)
             _k26 = tl.arange(0, 32)[None, :] + 160
             tl.store(J + row[:, None] * j_stride + _k26 + (_k26 // 15) * (4 * (V // 8)), _row25, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _zero27 = tl.zeros([BLOCK], dtype=DTYPE)
             _row28 = _mc_row32(
-                tl.where((norton_radial_return_solve_converged & fin), d203, K0), tl.where((norton_radial_return_solve_converged & fin), d204, K0), tl.where((norton_radial_return_solve_converged & fin), K11, K0), tl.where((norton_radial_return_solve_converged & fin), d28, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d30, K0), tl.where((norton_radial_return_solve_converged & fin), d32, K0), tl.where((norton_radial_return_solve_converged & fin), d34, K0), tl.where((norton_radial_return_solve_converged & fin), d36, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d38, K0), tl.where((norton_radial_return_solve_converged & fin), d168, K0), tl.where((norton_radial_return_solve_converged & fin), d174, K0), tl.where((norton_radial_return_solve_converged & fin), d205, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d206, K0), tl.where((norton_radial_return_solve_converged & fin), d207, K0), tl.where((norton_radial_return_solve_converged & fin), d208, K0), tl.where((norton_radial_return_solve_converged & fin), d209, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d210, K0), tl.where((norton_radial_return_solve_converged & fin), K11, K0), _zero27, _zero27,
+                tl.where((norton_radial_return_solve_converged & fin), (cse_215 * (-dcse_211 + (K7 * dcse_88))), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_192, K0), tl.where((norton_radial_return_solve_converged & fin), K10, K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_279 * dcse_283), K0),
+                tl.where((norton_radial_return_solve_converged & fin), (dcse_279 * dcse_284), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_279 * dcse_285), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_275, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_278, K0),
+                tl.where((norton_radial_return_solve_converged & fin), (cse_215 * (dcse_290 + (K7 * ((cse_27 * dcse_272) + (dcse_271 * (cse_16 * cse_16)))))), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_215 * dcse_115), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_215 * dcse_108), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_215 * dcse_93), K0),
+                tl.where((norton_radial_return_solve_converged & fin), (cse_215 * dcse_94), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_215 * dcse_95), K0), tl.where((norton_radial_return_solve_converged & fin), dcse_191, K0), tl.where((norton_radial_return_solve_converged & fin), dcse_192, K0),
+                tl.where((norton_radial_return_solve_converged & fin), (cse_215 * (-dcse_211 + (K7 * dcse_98))), K0), tl.where((norton_radial_return_solve_converged & fin), K10, K0), _zero27, _zero27,
                 _zero27, _zero27, _zero27, _zero27,
                 _zero27, _zero27, _zero27, _zero27,
                 _zero27, _zero27, _zero27, _zero27, BLOCK)
@@ -1610,33 +1355,33 @@ if triton is not None:
             tl.store(J + row[:, None] * j_stride + _k29 + (_k29 // 15) * (4 * (V // 8)), _row28, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 18))
             if V & 8:
                 _k30 = tl.arange(0, 4)[None, :]
-                tl.store(J + row[:, None] * j_stride + (_k30 // 4) * 19 + 15 + _k30 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d215, K0), tl.where((norton_radial_return_solve_converged & fin), d221, K0), tl.where((norton_radial_return_solve_converged & fin), d227, K0), tl.where((norton_radial_return_solve_converged & fin), d233, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k30 // 4) * 19 + 15 + _k30 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), (dcse_124 * dcse_126), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_126 * dcse_131), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_125 * dcse_137), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_125 * dcse_142), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k31 = tl.arange(0, 4)[None, :] + 4
-                tl.store(J + row[:, None] * j_stride + (_k31 // 4) * 19 + 15 + _k31 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d216, K0), tl.where((norton_radial_return_solve_converged & fin), d222, K0), tl.where((norton_radial_return_solve_converged & fin), d228, K0), tl.where((norton_radial_return_solve_converged & fin), d234, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k31 // 4) * 19 + 15 + _k31 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), (cse_30 * dcse_127), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_30 * dcse_132), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_30 * dcse_138), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_30 * dcse_143), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k32 = tl.arange(0, 4)[None, :] + 8
-                tl.store(J + row[:, None] * j_stride + (_k32 // 4) * 19 + 15 + _k32 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d217, K0), tl.where((norton_radial_return_solve_converged & fin), d223, K0), tl.where((norton_radial_return_solve_converged & fin), d229, K0), tl.where((norton_radial_return_solve_converged & fin), d235, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k32 // 4) * 19 + 15 + _k32 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), (cse_32 * dcse_127), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_32 * dcse_132), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_32 * dcse_138), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_32 * dcse_143), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k33 = tl.arange(0, 4)[None, :] + 12
-                tl.store(J + row[:, None] * j_stride + (_k33 // 4) * 19 + 15 + _k33 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d218, K0), tl.where((norton_radial_return_solve_converged & fin), d224, K0), tl.where((norton_radial_return_solve_converged & fin), d230, K0), tl.where((norton_radial_return_solve_converged & fin), d236, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k33 // 4) * 19 + 15 + _k33 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), (cse_14 * dcse_127), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_14 * dcse_132), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_14 * dcse_138), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_14 * dcse_143), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k34 = tl.arange(0, 4)[None, :] + 16
-                tl.store(J + row[:, None] * j_stride + (_k34 // 4) * 19 + 15 + _k34 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d219, K0), tl.where((norton_radial_return_solve_converged & fin), d225, K0), tl.where((norton_radial_return_solve_converged & fin), d231, K0), tl.where((norton_radial_return_solve_converged & fin), d237, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k34 // 4) * 19 + 15 + _k34 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), (cse_15 * dcse_127), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_15 * dcse_132), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_15 * dcse_138), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_15 * dcse_143), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k35 = tl.arange(0, 4)[None, :] + 20
-                tl.store(J + row[:, None] * j_stride + (_k35 // 4) * 19 + 15 + _k35 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d220, K0), tl.where((norton_radial_return_solve_converged & fin), d226, K0), tl.where((norton_radial_return_solve_converged & fin), d232, K0), tl.where((norton_radial_return_solve_converged & fin), d238, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k35 // 4) * 19 + 15 + _k35 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), (cse_16 * dcse_127), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_16 * dcse_132), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_16 * dcse_138), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_16 * dcse_143), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k36 = tl.arange(0, 4)[None, :] + 24
-                tl.store(J + row[:, None] * j_stride + (_k36 // 4) * 19 + 15 + _k36 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d239, K0), tl.where((norton_radial_return_solve_converged & fin), d240, K0), tl.where((norton_radial_return_solve_converged & fin), d241, K0), tl.where((norton_radial_return_solve_converged & fin), d242, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k36 // 4) * 19 + 15 + _k36 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), (dcse_156 * dcse_58), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_157 * dcse_58), K0), tl.where((norton_radial_return_solve_converged & fin), (nx_0 * (cse_21 + (dcse_133 * dcse_158))), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_139 * (dcse_57 + (dcse_140 * dcse_158))), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k37 = tl.arange(0, 4)[None, :] + 28
-                tl.store(J + row[:, None] * j_stride + (_k37 // 4) * 19 + 15 + _k37 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d243, K0), tl.where((norton_radial_return_solve_converged & fin), d244, K0), tl.where((norton_radial_return_solve_converged & fin), d245, K0), tl.where((norton_radial_return_solve_converged & fin), d246, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k37 // 4) * 19 + 15 + _k37 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), (dcse_133 * dcse_156), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_133 * dcse_157), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_155 * nx_0), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_139 * (p_A + (cse_21 * dcse_140 * dcse_154))), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k38 = tl.arange(0, 4)[None, :] + 32
-                tl.store(J + row[:, None] * j_stride + (_k38 // 4) * 19 + 15 + _k38 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d247, K0), tl.where((norton_radial_return_solve_converged & fin), d253, K0), tl.where((norton_radial_return_solve_converged & fin), d259, K0), tl.where((norton_radial_return_solve_converged & fin), d265, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k38 // 4) * 19 + 15 + _k38 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), ((cse_214 * (cse_212 + dcse_193)) + (dcse_195 * dcse_196)), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_230 + (dcse_195 * dcse_201) - (cse_212 * dcse_200)), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_194 * dcse_203), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_194 * dcse_205), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k39 = tl.arange(0, 4)[None, :] + 36
-                tl.store(J + row[:, None] * j_stride + (_k39 // 4) * 19 + 15 + _k39 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d248, K0), tl.where((norton_radial_return_solve_converged & fin), d254, K0), tl.where((norton_radial_return_solve_converged & fin), d260, K0), tl.where((norton_radial_return_solve_converged & fin), d266, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k39 // 4) * 19 + 15 + _k39 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), ((cse_214 * (cse_225 + dcse_193)) + (cse_30 * dcse_199)), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_230 + (cse_30 * dcse_202) - (cse_225 * dcse_200)), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_30 * dcse_204), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_30 * dcse_206), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k40 = tl.arange(0, 4)[None, :] + 40
-                tl.store(J + row[:, None] * j_stride + (_k40 // 4) * 19 + 15 + _k40 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d249, K0), tl.where((norton_radial_return_solve_converged & fin), d255, K0), tl.where((norton_radial_return_solve_converged & fin), d261, K0), tl.where((norton_radial_return_solve_converged & fin), d267, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k40 // 4) * 19 + 15 + _k40 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), ((cse_214 * (cse_226 + dcse_193)) + (cse_32 * dcse_199)), K0), tl.where((norton_radial_return_solve_converged & fin), (dcse_230 + (cse_32 * dcse_202) - (cse_226 * dcse_200)), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_32 * dcse_204), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_32 * dcse_206), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k41 = tl.arange(0, 4)[None, :] + 44
-                tl.store(J + row[:, None] * j_stride + (_k41 // 4) * 19 + 15 + _k41 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d250, K0), tl.where((norton_radial_return_solve_converged & fin), d256, K0), tl.where((norton_radial_return_solve_converged & fin), d262, K0), tl.where((norton_radial_return_solve_converged & fin), d268, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k41 // 4) * 19 + 15 + _k41 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), ((cse_14 * dcse_199) + (cse_214 * cse_227)), K0), tl.where((norton_radial_return_solve_converged & fin), ((cse_14 * dcse_202) - (cse_227 * dcse_200)), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_14 * dcse_204), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_14 * dcse_206), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k42 = tl.arange(0, 4)[None, :] + 48
-                tl.store(J + row[:, None] * j_stride + (_k42 // 4) * 19 + 15 + _k42 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d251, K0), tl.where((norton_radial_return_solve_converged & fin), d257, K0), tl.where((norton_radial_return_solve_converged & fin), d263, K0), tl.where((norton_radial_return_solve_converged & fin), d269, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k42 // 4) * 19 + 15 + _k42 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), ((cse_15 * dcse_199) + (cse_214 * cse_228)), K0), tl.where((norton_radial_return_solve_converged & fin), ((cse_15 * dcse_202) - (cse_228 * dcse_200)), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_15 * dcse_204), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_15 * dcse_206), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k43 = tl.arange(0, 4)[None, :] + 52
-                tl.store(J + row[:, None] * j_stride + (_k43 // 4) * 19 + 15 + _k43 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d252, K0), tl.where((norton_radial_return_solve_converged & fin), d258, K0), tl.where((norton_radial_return_solve_converged & fin), d264, K0), tl.where((norton_radial_return_solve_converged & fin), d270, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k43 // 4) * 19 + 15 + _k43 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), ((cse_16 * dcse_199) + (cse_214 * cse_229)), K0), tl.where((norton_radial_return_solve_converged & fin), ((cse_16 * dcse_202) - (cse_229 * dcse_200)), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_16 * dcse_204), K0), tl.where((norton_radial_return_solve_converged & fin), (cse_16 * dcse_206), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         # status: converged (bool), iterations (int32), residual norm
         tl.store(CV + row, (norton_radial_return_solve_converged & fin), mask=mask)
         tl.store(IT + row, (norton_radial_return_solve_iterations).to(tl.int32), mask=mask)
@@ -1840,7 +1585,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         mc_z[l] = z;
     }
     real o_y[14 * MC_W];
-    real o_j[253 * MC_W];
+    real o_j[244 * MC_W];
     int o_c[MC_W], o_it[MC_W];
     real o_r[MC_W];
     real
@@ -1994,523 +1739,475 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         o_y[12 * MC_W + l] = norton_radial_return_solve_converged ? state_S_4 : MC_NAN;
         const real state_S_5 = (cse_215 * cse_229);
         o_y[13 * MC_W + l] = norton_radial_return_solve_converged ? state_S_5 : MC_NAN;
-        const real cse_43 = (((real)0.3333333333333333) * cse_35);
-        const real cse_44 = (p_A * p_n * nx_1);
-        const real cse_45 = (cse_21 * cse_44);
-        const real cse_46 = (((real)0.5) * cse_34);
-        const real cse_47 = (cse_45 * cse_46);
-        const real cse_48 = (cse_20 * cse_47);
-        const real cse_49 = (cse_29 + cse_31 - (((real)1.3333333333333333) * cse_0));
-        const real cse_50 = mc_sdiv(((real)1.0), (((real)2.0) * cse_33));
-        const real cse_51 = (((real)2.449489742783178) * cse_23 * (nx_0 == 0 ? ((real)0.0) : cse_50) * (nx_0 == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (cse_33 * cse_33))));
-        const real cse_52 = (cse_20 * cse_51);
-        const real cse_53 = (((real)0.5) * cse_52);
-        const real cse_55 = (((real)0.16666666666666666) * cse_35);
-        const real cse_56 = (cse_17 + cse_31 - (((real)1.3333333333333333) * cse_1));
-        const real cse_58 = (cse_17 + cse_29 - (((real)1.3333333333333333) * cse_2));
-        const real cse_60 = (cse_14 * cse_52);
-        const real cse_62 = (cse_15 * cse_52);
-        const real cse_64 = (cse_16 * cse_52);
-        const real cse_66 = (cse_30 * cse_47);
-        const real cse_67 = (cse_30 * cse_51);
-        const real cse_68 = (((real)0.5) * cse_67);
-        const real cse_72 = (cse_14 * cse_67);
-        const real cse_74 = (cse_15 * cse_67);
-        const real cse_76 = (cse_16 * cse_67);
-        const real cse_78 = (cse_32 * cse_47);
-        const real cse_79 = (cse_32 * cse_51);
-        const real cse_80 = (((real)0.5) * cse_79);
-        const real cse_84 = (cse_14 * cse_79);
-        const real cse_86 = (cse_15 * cse_79);
-        const real cse_88 = (cse_16 * cse_79);
-        const real cse_90 = (cse_14 * cse_47);
-        const real cse_91 = (cse_14 * cse_51);
-        const real cse_92 = (((real)0.5) * cse_91);
-        const real cse_96 = (cse_25 * cse_51);
-        const real cse_98 = (cse_15 * cse_91);
-        const real cse_100 = (cse_16 * cse_91);
-        const real cse_102 = (cse_15 * cse_47);
-        const real cse_103 = (cse_15 * cse_51);
-        const real cse_104 = (((real)0.5) * cse_103);
-        const real cse_109 = (cse_26 * cse_51);
-        const real cse_111 = (cse_103 * cse_16);
-        const real cse_113 = (cse_16 * cse_47);
-        const real cse_114 = (((real)0.5) * cse_16 * cse_51);
-        const real cse_120 = (cse_27 * cse_51);
-        const real cse_230 = (-cse_215);
-        const real cse_231 = (cse_215 + cse_223);
-        const real cse_232 = (-cse_215);
-        const real cse_258 = (((real)2.0) + cse_219);
-        const real cse_259 = (((real)1.0) / cse_258);
-        const real cse_260 = (((real)3.0) * cse_259);
-        const real cse_261 = (p_E * cse_260);
-        const real cse_262 = (((real)2.449489742783178) * cse_259);
-        const real cse_263 = (p_E * cse_262 * cse_50);
-        const real cse_264 = (((real)2.0) * cse_263);
-        const real cse_265 = (cse_14 * cse_264);
-        const real cse_266 = (cse_15 * cse_264);
-        const real cse_267 = (cse_16 * cse_264);
-        const real ls1_1 = (-((real)1.0) - (cse_261 * cse_45));
-        const real ls1_2 = (((real)1.0) / ls1_1);
-        const real ls1_3 = (-cse_263 * cse_49);
-        const real ls1_4 = (-cse_263 * cse_56);
-        const real ls1_5 = (-cse_263 * cse_58);
-        const real ls1_6 = (-cse_265);
-        const real ls1_7 = (-cse_266);
-        const real ls1_8 = (-cse_267);
-        const real ls1_9 = (ls1_3 * ls1_2);
-        const real ls1_10 = (ls1_4 * ls1_2);
-        const real ls1_11 = (ls1_5 * ls1_2);
-        const real ls1_12 = (ls1_6 * ls1_2);
-        const real ls1_13 = (ls1_7 * ls1_2);
-        const real ls1_14 = (ls1_8 * ls1_2);
-        const real d1 = ls1_9;
-        const real d2 = ls1_10;
-        const real d3 = ls1_11;
-        const real d4 = ls1_12;
-        const real d5 = ls1_13;
-        const real d6 = ls1_14;
-        const real d7 = (cse_43 + (cse_48 * d1) - (cse_49 * cse_53));
-        if (V & 14) if (V & 12) o_j[36 * MC_W + l] = norton_radial_return_solve_converged ? d7 : MC_NAN;
-        const real d8 = (-cse_55 + (cse_48 * d2) - (cse_53 * cse_56));
-        if (V & 14) if (V & 12) o_j[37 * MC_W + l] = norton_radial_return_solve_converged ? d8 : MC_NAN;
-        const real d9 = (-cse_55 + (cse_48 * d3) - (cse_53 * cse_58));
-        if (V & 14) if (V & 12) o_j[38 * MC_W + l] = norton_radial_return_solve_converged ? d9 : MC_NAN;
-        const real d10 = (-cse_60 + (cse_48 * d4));
-        if (V & 14) if (V & 12) o_j[39 * MC_W + l] = norton_radial_return_solve_converged ? d10 : MC_NAN;
-        const real d11 = (-cse_62 + (cse_48 * d5));
-        if (V & 14) if (V & 12) o_j[40 * MC_W + l] = norton_radial_return_solve_converged ? d11 : MC_NAN;
-        const real d12 = (-cse_64 + (cse_48 * d6));
-        if (V & 14) if (V & 12) o_j[41 * MC_W + l] = norton_radial_return_solve_converged ? d12 : MC_NAN;
-        const real d13 = (-cse_55 + (cse_66 * d1) - (cse_49 * cse_68));
-        if (V & 14) if (V & 12) o_j[50 * MC_W + l] = norton_radial_return_solve_converged ? d13 : MC_NAN;
-        const real d14 = (cse_43 + (cse_66 * d2) - (cse_56 * cse_68));
-        if (V & 14) if (V & 12) o_j[51 * MC_W + l] = norton_radial_return_solve_converged ? d14 : MC_NAN;
-        const real d15 = (-cse_55 + (cse_66 * d3) - (cse_58 * cse_68));
-        if (V & 14) if (V & 12) o_j[52 * MC_W + l] = norton_radial_return_solve_converged ? d15 : MC_NAN;
-        const real d16 = (-cse_72 + (cse_66 * d4));
-        if (V & 14) if (V & 12) o_j[53 * MC_W + l] = norton_radial_return_solve_converged ? d16 : MC_NAN;
-        const real d17 = (-cse_74 + (cse_66 * d5));
-        if (V & 14) if (V & 12) o_j[54 * MC_W + l] = norton_radial_return_solve_converged ? d17 : MC_NAN;
-        const real d18 = (-cse_76 + (cse_66 * d6));
-        if (V & 14) if (V & 12) o_j[55 * MC_W + l] = norton_radial_return_solve_converged ? d18 : MC_NAN;
-        const real d19 = (-cse_55 + (cse_78 * d1) - (cse_49 * cse_80));
-        if (V & 14) if (V & 12) o_j[64 * MC_W + l] = norton_radial_return_solve_converged ? d19 : MC_NAN;
-        const real d20 = (-cse_55 + (cse_78 * d2) - (cse_56 * cse_80));
-        if (V & 14) if (V & 12) o_j[65 * MC_W + l] = norton_radial_return_solve_converged ? d20 : MC_NAN;
-        const real d21 = (cse_43 + (cse_78 * d3) - (cse_58 * cse_80));
-        if (V & 14) if (V & 12) o_j[66 * MC_W + l] = norton_radial_return_solve_converged ? d21 : MC_NAN;
-        const real d22 = (-cse_84 + (cse_78 * d4));
-        if (V & 14) if (V & 12) o_j[67 * MC_W + l] = norton_radial_return_solve_converged ? d22 : MC_NAN;
-        const real d23 = (-cse_86 + (cse_78 * d5));
-        if (V & 14) if (V & 12) o_j[68 * MC_W + l] = norton_radial_return_solve_converged ? d23 : MC_NAN;
-        const real d24 = (-cse_88 + (cse_78 * d6));
-        if (V & 14) if (V & 12) o_j[69 * MC_W + l] = norton_radial_return_solve_converged ? d24 : MC_NAN;
-        const real d25 = ((cse_90 * d1) - (cse_49 * cse_92));
-        if (V & 14) if (V & 12) o_j[78 * MC_W + l] = norton_radial_return_solve_converged ? d25 : MC_NAN;
-        const real d26 = ((cse_90 * d2) - (cse_56 * cse_92));
-        if (V & 14) if (V & 12) o_j[79 * MC_W + l] = norton_radial_return_solve_converged ? d26 : MC_NAN;
-        const real d27 = ((cse_90 * d3) - (cse_58 * cse_92));
-        if (V & 14) if (V & 12) o_j[80 * MC_W + l] = norton_radial_return_solve_converged ? d27 : MC_NAN;
-        const real d28 = (cse_36 - cse_96 + (cse_90 * d4));
-        if (V & 14) if (V & 12) o_j[81 * MC_W + l] = norton_radial_return_solve_converged ? d28 : MC_NAN;
-        const real d29 = (-cse_98 + (cse_90 * d5));
-        if (V & 14) if (V & 12) o_j[82 * MC_W + l] = norton_radial_return_solve_converged ? d29 : MC_NAN;
-        const real d30 = (-cse_100 + (cse_90 * d6));
-        if (V & 14) if (V & 12) o_j[83 * MC_W + l] = norton_radial_return_solve_converged ? d30 : MC_NAN;
-        const real d31 = ((cse_102 * d1) - (cse_104 * cse_49));
-        if (V & 14) if (V & 12) o_j[92 * MC_W + l] = norton_radial_return_solve_converged ? d31 : MC_NAN;
-        const real d32 = ((cse_102 * d2) - (cse_104 * cse_56));
-        if (V & 14) if (V & 12) o_j[93 * MC_W + l] = norton_radial_return_solve_converged ? d32 : MC_NAN;
-        const real d33 = ((cse_102 * d3) - (cse_104 * cse_58));
-        if (V & 14) if (V & 12) o_j[94 * MC_W + l] = norton_radial_return_solve_converged ? d33 : MC_NAN;
-        const real d34 = (-cse_98 + (cse_102 * d4));
-        if (V & 14) if (V & 12) o_j[95 * MC_W + l] = norton_radial_return_solve_converged ? d34 : MC_NAN;
-        const real d35 = (cse_36 - cse_109 + (cse_102 * d5));
-        if (V & 14) if (V & 12) o_j[96 * MC_W + l] = norton_radial_return_solve_converged ? d35 : MC_NAN;
-        const real d36 = (-cse_111 + (cse_102 * d6));
-        if (V & 14) if (V & 12) o_j[97 * MC_W + l] = norton_radial_return_solve_converged ? d36 : MC_NAN;
-        const real d37 = ((cse_113 * d1) - (cse_114 * cse_49));
-        if (V & 14) if (V & 12) o_j[106 * MC_W + l] = norton_radial_return_solve_converged ? d37 : MC_NAN;
-        const real d38 = ((cse_113 * d2) - (cse_114 * cse_56));
-        if (V & 14) if (V & 12) o_j[107 * MC_W + l] = norton_radial_return_solve_converged ? d38 : MC_NAN;
-        const real d39 = ((cse_113 * d3) - (cse_114 * cse_58));
-        if (V & 14) if (V & 12) o_j[108 * MC_W + l] = norton_radial_return_solve_converged ? d39 : MC_NAN;
-        const real d40 = (-cse_100 + (cse_113 * d4));
-        if (V & 14) if (V & 12) o_j[109 * MC_W + l] = norton_radial_return_solve_converged ? d40 : MC_NAN;
-        const real d41 = (-cse_111 + (cse_113 * d5));
-        if (V & 14) if (V & 12) o_j[110 * MC_W + l] = norton_radial_return_solve_converged ? d41 : MC_NAN;
-        const real d42 = (cse_36 - cse_120 + (cse_113 * d6));
-        if (V & 14) if (V & 12) o_j[111 * MC_W + l] = norton_radial_return_solve_converged ? d42 : MC_NAN;
-        if (V & 14) o_j[0 * MC_W + l] = norton_radial_return_solve_converged ? (cse_231 + (cse_230 * d7)) : MC_NAN;
-        if (V & 14) o_j[1 * MC_W + l] = norton_radial_return_solve_converged ? (cse_223 + (cse_230 * d8)) : MC_NAN;
-        if (V & 14) o_j[2 * MC_W + l] = norton_radial_return_solve_converged ? (cse_223 + (cse_230 * d9)) : MC_NAN;
-        if (V & 14) o_j[3 * MC_W + l] = norton_radial_return_solve_converged ? (cse_230 * d10) : MC_NAN;
-        if (V & 14) o_j[4 * MC_W + l] = norton_radial_return_solve_converged ? (cse_230 * d11) : MC_NAN;
-        if (V & 14) o_j[5 * MC_W + l] = norton_radial_return_solve_converged ? (cse_230 * d12) : MC_NAN;
-        if (V & 14) o_j[6 * MC_W + l] = norton_radial_return_solve_converged ? (cse_223 + (cse_230 * d13)) : MC_NAN;
-        if (V & 14) o_j[7 * MC_W + l] = norton_radial_return_solve_converged ? (cse_231 + (cse_230 * d14)) : MC_NAN;
-        if (V & 14) o_j[8 * MC_W + l] = norton_radial_return_solve_converged ? (cse_223 + (cse_230 * d15)) : MC_NAN;
-        if (V & 14) o_j[9 * MC_W + l] = norton_radial_return_solve_converged ? (cse_230 * d16) : MC_NAN;
-        if (V & 14) o_j[10 * MC_W + l] = norton_radial_return_solve_converged ? (cse_230 * d17) : MC_NAN;
-        if (V & 14) o_j[11 * MC_W + l] = norton_radial_return_solve_converged ? (cse_230 * d18) : MC_NAN;
-        if (V & 14) o_j[12 * MC_W + l] = norton_radial_return_solve_converged ? (cse_223 + (cse_230 * d19)) : MC_NAN;
-        if (V & 14) o_j[13 * MC_W + l] = norton_radial_return_solve_converged ? (cse_223 + (cse_230 * d20)) : MC_NAN;
-        if (V & 14) o_j[14 * MC_W + l] = norton_radial_return_solve_converged ? (cse_231 + (cse_230 * d21)) : MC_NAN;
-        if (V & 14) o_j[15 * MC_W + l] = norton_radial_return_solve_converged ? (cse_230 * d22) : MC_NAN;
-        if (V & 14) o_j[16 * MC_W + l] = norton_radial_return_solve_converged ? (cse_230 * d23) : MC_NAN;
-        if (V & 14) o_j[17 * MC_W + l] = norton_radial_return_solve_converged ? (cse_230 * d24) : MC_NAN;
-        if (V & 14) o_j[18 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d25) : MC_NAN;
-        if (V & 14) o_j[19 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d26) : MC_NAN;
-        if (V & 14) o_j[20 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d27) : MC_NAN;
-        if (V & 14) o_j[21 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 + (cse_232 * d28)) : MC_NAN;
-        if (V & 14) o_j[22 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d29) : MC_NAN;
-        if (V & 14) o_j[23 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d30) : MC_NAN;
-        if (V & 14) o_j[24 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d31) : MC_NAN;
-        if (V & 14) o_j[25 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d32) : MC_NAN;
-        if (V & 14) o_j[26 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d33) : MC_NAN;
-        if (V & 14) o_j[27 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d34) : MC_NAN;
-        if (V & 14) o_j[28 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 + (cse_232 * d35)) : MC_NAN;
-        if (V & 14) o_j[29 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d36) : MC_NAN;
-        if (V & 14) o_j[30 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d37) : MC_NAN;
-        if (V & 14) o_j[31 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d38) : MC_NAN;
-        if (V & 14) o_j[32 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d39) : MC_NAN;
-        if (V & 14) o_j[33 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d40) : MC_NAN;
-        if (V & 14) o_j[34 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d41) : MC_NAN;
-        if (V & 14) o_j[35 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 + (cse_232 * d42)) : MC_NAN;
-        const real cse_122 = (cse_46 * state_internal_creep_rate);
-        const real cse_123 = (cse_122 * cse_20);
-        const real cse_125 = (cse_122 * cse_30);
-        const real cse_127 = (cse_122 * cse_32);
-        const real cse_129 = (cse_122 * cse_14);
-        const real cse_131 = (cse_122 * cse_15);
-        const real cse_133 = (cse_122 * cse_16);
-        const real cse_141 = (-cse_49);
-        const real cse_142 = (-((real)1.0) + cse_43);
-        const real cse_144 = (-cse_56);
-        const real cse_146 = (-cse_58);
-        const real cse_166 = (((real)1.0) - cse_36);
-        const real cse_233 = (-cse_223);
-        const real cse_236 = (-cse_231);
-        const real cse_268 = (cse_261 * state_internal_creep_rate);
-        const real ls2_1 = (-((real)1.0) - (cse_261 * cse_45));
-        const real ls2_2 = (((real)1.0) / ls2_1);
-        const real ls2_3 = (-cse_268);
-        const real ls2_4 = (-cse_141 * cse_263);
-        const real ls2_5 = (-cse_144 * cse_263);
-        const real ls2_6 = (-cse_146 * cse_263);
-        const real ls2_7 = (cse_268 * ls2_2);
-        const real ls2_8 = (ls2_3 * ls2_2);
-        const real ls2_9 = (ls2_4 * ls2_2);
-        const real ls2_10 = (ls2_5 * ls2_2);
-        const real ls2_11 = (ls2_6 * ls2_2);
-        const real ls2_12 = (cse_265 * ls2_2);
-        const real ls2_13 = (cse_266 * ls2_2);
-        const real ls2_14 = (cse_267 * ls2_2);
-        const real d43 = ls2_7;
-        const real d44 = ls2_8;
-        const real d45 = ls2_9;
-        const real d46 = ls2_10;
-        const real d47 = ls2_11;
-        const real d48 = ls2_12;
-        const real d49 = ls2_13;
-        const real d50 = ls2_14;
-        const real d51 = (cse_123 + (cse_48 * d43));
-        if (V & 12) o_j[42 * MC_W + l] = norton_radial_return_solve_converged ? d51 : MC_NAN;
-        const real d52 = (cse_125 + (cse_66 * d43));
-        if (V & 12) o_j[56 * MC_W + l] = norton_radial_return_solve_converged ? d52 : MC_NAN;
-        const real d53 = (cse_127 + (cse_78 * d43));
-        if (V & 12) o_j[70 * MC_W + l] = norton_radial_return_solve_converged ? d53 : MC_NAN;
-        const real d54 = (cse_129 + (cse_90 * d43));
-        if (V & 12) o_j[84 * MC_W + l] = norton_radial_return_solve_converged ? d54 : MC_NAN;
-        const real d55 = (cse_131 + (cse_102 * d43));
-        if (V & 12) o_j[98 * MC_W + l] = norton_radial_return_solve_converged ? d55 : MC_NAN;
-        const real d56 = (cse_133 + (cse_113 * d43));
-        if (V & 12) o_j[112 * MC_W + l] = norton_radial_return_solve_converged ? d56 : MC_NAN;
-        const real d57 = (-cse_123 + (cse_48 * d44));
-        if (V & 12) o_j[43 * MC_W + l] = norton_radial_return_solve_converged ? d57 : MC_NAN;
-        const real d58 = (-cse_125 + (cse_66 * d44));
-        if (V & 12) o_j[57 * MC_W + l] = norton_radial_return_solve_converged ? d58 : MC_NAN;
-        const real d59 = (-cse_127 + (cse_78 * d44));
-        if (V & 12) o_j[71 * MC_W + l] = norton_radial_return_solve_converged ? d59 : MC_NAN;
-        const real d60 = (-cse_129 + (cse_90 * d44));
-        if (V & 12) o_j[85 * MC_W + l] = norton_radial_return_solve_converged ? d60 : MC_NAN;
-        const real d61 = (-cse_131 + (cse_102 * d44));
-        if (V & 12) o_j[99 * MC_W + l] = norton_radial_return_solve_converged ? d61 : MC_NAN;
-        const real d62 = (-cse_133 + (cse_113 * d44));
-        if (V & 12) o_j[113 * MC_W + l] = norton_radial_return_solve_converged ? d62 : MC_NAN;
-        const real d63 = (-cse_142 + (cse_48 * d45) - (cse_141 * cse_53));
-        if (V & 12) o_j[44 * MC_W + l] = norton_radial_return_solve_converged ? d63 : MC_NAN;
-        const real d64 = (cse_55 + (cse_48 * d46) - (cse_144 * cse_53));
-        if (V & 12) o_j[45 * MC_W + l] = norton_radial_return_solve_converged ? d64 : MC_NAN;
-        const real d65 = (cse_55 + (cse_48 * d47) - (cse_146 * cse_53));
-        if (V & 12) o_j[46 * MC_W + l] = norton_radial_return_solve_converged ? d65 : MC_NAN;
-        const real d66 = (cse_60 + (cse_48 * d48));
-        if (V & 12) o_j[47 * MC_W + l] = norton_radial_return_solve_converged ? d66 : MC_NAN;
-        const real d67 = (cse_62 + (cse_48 * d49));
-        if (V & 12) o_j[48 * MC_W + l] = norton_radial_return_solve_converged ? d67 : MC_NAN;
-        const real d68 = (cse_64 + (cse_48 * d50));
-        if (V & 12) o_j[49 * MC_W + l] = norton_radial_return_solve_converged ? d68 : MC_NAN;
-        const real d69 = (cse_55 + (cse_66 * d45) - (cse_141 * cse_68));
-        if (V & 12) o_j[58 * MC_W + l] = norton_radial_return_solve_converged ? d69 : MC_NAN;
-        const real d70 = (-cse_142 + (cse_66 * d46) - (cse_144 * cse_68));
-        if (V & 12) o_j[59 * MC_W + l] = norton_radial_return_solve_converged ? d70 : MC_NAN;
-        const real d71 = (cse_55 + (cse_66 * d47) - (cse_146 * cse_68));
-        if (V & 12) o_j[60 * MC_W + l] = norton_radial_return_solve_converged ? d71 : MC_NAN;
-        const real d72 = (cse_72 + (cse_66 * d48));
-        if (V & 12) o_j[61 * MC_W + l] = norton_radial_return_solve_converged ? d72 : MC_NAN;
-        const real d73 = (cse_74 + (cse_66 * d49));
-        if (V & 12) o_j[62 * MC_W + l] = norton_radial_return_solve_converged ? d73 : MC_NAN;
-        const real d74 = (cse_76 + (cse_66 * d50));
-        if (V & 12) o_j[63 * MC_W + l] = norton_radial_return_solve_converged ? d74 : MC_NAN;
-        const real d75 = (cse_55 + (cse_78 * d45) - (cse_141 * cse_80));
-        if (V & 12) o_j[72 * MC_W + l] = norton_radial_return_solve_converged ? d75 : MC_NAN;
-        const real d76 = (cse_55 + (cse_78 * d46) - (cse_144 * cse_80));
-        if (V & 12) o_j[73 * MC_W + l] = norton_radial_return_solve_converged ? d76 : MC_NAN;
-        const real d77 = (-cse_142 + (cse_78 * d47) - (cse_146 * cse_80));
-        if (V & 12) o_j[74 * MC_W + l] = norton_radial_return_solve_converged ? d77 : MC_NAN;
-        const real d78 = (cse_84 + (cse_78 * d48));
-        if (V & 12) o_j[75 * MC_W + l] = norton_radial_return_solve_converged ? d78 : MC_NAN;
-        const real d79 = (cse_86 + (cse_78 * d49));
-        if (V & 12) o_j[76 * MC_W + l] = norton_radial_return_solve_converged ? d79 : MC_NAN;
-        const real d80 = (cse_88 + (cse_78 * d50));
-        if (V & 12) o_j[77 * MC_W + l] = norton_radial_return_solve_converged ? d80 : MC_NAN;
-        const real d81 = ((cse_90 * d45) - (cse_141 * cse_92));
-        if (V & 12) o_j[86 * MC_W + l] = norton_radial_return_solve_converged ? d81 : MC_NAN;
-        const real d82 = ((cse_90 * d46) - (cse_144 * cse_92));
-        if (V & 12) o_j[87 * MC_W + l] = norton_radial_return_solve_converged ? d82 : MC_NAN;
-        const real d83 = ((cse_90 * d47) - (cse_146 * cse_92));
-        if (V & 12) o_j[88 * MC_W + l] = norton_radial_return_solve_converged ? d83 : MC_NAN;
-        const real d84 = (cse_166 + cse_96 + (cse_90 * d48));
-        if (V & 12) o_j[89 * MC_W + l] = norton_radial_return_solve_converged ? d84 : MC_NAN;
-        const real d85 = (cse_98 + (cse_90 * d49));
-        if (V & 12) o_j[90 * MC_W + l] = norton_radial_return_solve_converged ? d85 : MC_NAN;
-        const real d86 = (cse_100 + (cse_90 * d50));
-        if (V & 12) o_j[91 * MC_W + l] = norton_radial_return_solve_converged ? d86 : MC_NAN;
-        const real d87 = ((cse_102 * d45) - (cse_104 * cse_141));
-        if (V & 12) o_j[100 * MC_W + l] = norton_radial_return_solve_converged ? d87 : MC_NAN;
-        const real d88 = ((cse_102 * d46) - (cse_104 * cse_144));
-        if (V & 12) o_j[101 * MC_W + l] = norton_radial_return_solve_converged ? d88 : MC_NAN;
-        const real d89 = ((cse_102 * d47) - (cse_104 * cse_146));
-        if (V & 12) o_j[102 * MC_W + l] = norton_radial_return_solve_converged ? d89 : MC_NAN;
-        const real d90 = (cse_98 + (cse_102 * d48));
-        if (V & 12) o_j[103 * MC_W + l] = norton_radial_return_solve_converged ? d90 : MC_NAN;
-        const real d91 = (cse_109 + cse_166 + (cse_102 * d49));
-        if (V & 12) o_j[104 * MC_W + l] = norton_radial_return_solve_converged ? d91 : MC_NAN;
-        const real d92 = (cse_111 + (cse_102 * d50));
-        if (V & 12) o_j[105 * MC_W + l] = norton_radial_return_solve_converged ? d92 : MC_NAN;
-        const real d93 = ((cse_113 * d45) - (cse_114 * cse_141));
-        if (V & 12) o_j[114 * MC_W + l] = norton_radial_return_solve_converged ? d93 : MC_NAN;
-        const real d94 = ((cse_113 * d46) - (cse_114 * cse_144));
-        if (V & 12) o_j[115 * MC_W + l] = norton_radial_return_solve_converged ? d94 : MC_NAN;
-        const real d95 = ((cse_113 * d47) - (cse_114 * cse_146));
-        if (V & 12) o_j[116 * MC_W + l] = norton_radial_return_solve_converged ? d95 : MC_NAN;
-        const real d96 = (cse_100 + (cse_113 * d48));
-        if (V & 12) o_j[117 * MC_W + l] = norton_radial_return_solve_converged ? d96 : MC_NAN;
-        const real d97 = (cse_111 + (cse_113 * d49));
-        if (V & 12) o_j[118 * MC_W + l] = norton_radial_return_solve_converged ? d97 : MC_NAN;
-        const real d98 = (cse_120 + cse_166 + (cse_113 * d50));
-        if (V & 12) o_j[119 * MC_W + l] = norton_radial_return_solve_converged ? d98 : MC_NAN;
-        const real cse_234 = (cse_233 * d69);
-        const real cse_235 = (cse_233 * d75);
-        const real cse_237 = (cse_233 * d76);
-        const real cse_238 = (cse_233 * d70);
-        const real cse_239 = (cse_233 * d71);
-        const real cse_240 = (cse_233 * d77);
-        const real cse_241 = (cse_233 * d72);
-        const real cse_242 = (cse_233 * d78);
-        const real cse_243 = (cse_233 * d73);
-        const real cse_244 = (cse_233 * d79);
-        const real cse_245 = (cse_233 * d74);
-        const real cse_246 = (cse_233 * d80);
-        const real cse_247 = (cse_233 * d63);
-        const real cse_248 = (cse_233 * d64);
-        const real cse_249 = (cse_233 * d65);
-        const real cse_250 = (cse_233 * d66);
-        const real cse_251 = (cse_233 * d67);
-        const real cse_252 = (cse_233 * d68);
-        if (V & 12) o_j[120 * MC_W + l] = norton_radial_return_solve_converged ? (cse_45 * d1) : MC_NAN;
-        if (V & 12) o_j[121 * MC_W + l] = norton_radial_return_solve_converged ? (cse_45 * d2) : MC_NAN;
-        if (V & 12) o_j[122 * MC_W + l] = norton_radial_return_solve_converged ? (cse_45 * d3) : MC_NAN;
-        if (V & 12) o_j[123 * MC_W + l] = norton_radial_return_solve_converged ? (cse_45 * d4) : MC_NAN;
-        if (V & 12) o_j[124 * MC_W + l] = norton_radial_return_solve_converged ? (cse_45 * d5) : MC_NAN;
-        if (V & 12) o_j[125 * MC_W + l] = norton_radial_return_solve_converged ? (cse_45 * d6) : MC_NAN;
-        if (V & 12) o_j[126 * MC_W + l] = norton_radial_return_solve_converged ? (state_internal_creep_rate + (cse_45 * d43)) : MC_NAN;
-        if (V & 12) o_j[127 * MC_W + l] = norton_radial_return_solve_converged ? (-state_internal_creep_rate + (cse_45 * d44)) : MC_NAN;
-        if (V & 12) o_j[128 * MC_W + l] = norton_radial_return_solve_converged ? (cse_45 * d45) : MC_NAN;
-        if (V & 12) o_j[129 * MC_W + l] = norton_radial_return_solve_converged ? (cse_45 * d46) : MC_NAN;
-        if (V & 12) o_j[130 * MC_W + l] = norton_radial_return_solve_converged ? (cse_45 * d47) : MC_NAN;
-        if (V & 12) o_j[131 * MC_W + l] = norton_radial_return_solve_converged ? (cse_45 * d48) : MC_NAN;
-        if (V & 12) o_j[132 * MC_W + l] = norton_radial_return_solve_converged ? (cse_45 * d49) : MC_NAN;
-        if (V & 12) o_j[133 * MC_W + l] = norton_radial_return_solve_converged ? (cse_45 * d50) : MC_NAN;
-        if (V & 12) o_j[135 * MC_W + l] = norton_radial_return_solve_converged ? (cse_44 * d1) : MC_NAN;
-        if (V & 12) o_j[136 * MC_W + l] = norton_radial_return_solve_converged ? (cse_44 * d2) : MC_NAN;
-        if (V & 12) o_j[137 * MC_W + l] = norton_radial_return_solve_converged ? (cse_44 * d3) : MC_NAN;
-        if (V & 12) o_j[138 * MC_W + l] = norton_radial_return_solve_converged ? (cse_44 * d4) : MC_NAN;
-        if (V & 12) o_j[139 * MC_W + l] = norton_radial_return_solve_converged ? (cse_44 * d5) : MC_NAN;
-        if (V & 12) o_j[140 * MC_W + l] = norton_radial_return_solve_converged ? (cse_44 * d6) : MC_NAN;
-        if (V & 12) o_j[141 * MC_W + l] = norton_radial_return_solve_converged ? (cse_44 * d43) : MC_NAN;
-        if (V & 12) o_j[142 * MC_W + l] = norton_radial_return_solve_converged ? (cse_44 * d44) : MC_NAN;
-        if (V & 12) o_j[143 * MC_W + l] = norton_radial_return_solve_converged ? (cse_44 * d45) : MC_NAN;
-        if (V & 12) o_j[144 * MC_W + l] = norton_radial_return_solve_converged ? (cse_44 * d46) : MC_NAN;
-        if (V & 12) o_j[145 * MC_W + l] = norton_radial_return_solve_converged ? (cse_44 * d47) : MC_NAN;
-        if (V & 12) o_j[146 * MC_W + l] = norton_radial_return_solve_converged ? (cse_44 * d48) : MC_NAN;
-        if (V & 12) o_j[147 * MC_W + l] = norton_radial_return_solve_converged ? (cse_44 * d49) : MC_NAN;
-        if (V & 12) o_j[148 * MC_W + l] = norton_radial_return_solve_converged ? (cse_44 * d50) : MC_NAN;
-        if (V & 12) o_j[149 * MC_W + l] = norton_radial_return_solve_converged ? (cse_230 * d51) : MC_NAN;
-        if (V & 12) o_j[157 * MC_W + l] = norton_radial_return_solve_converged ? (cse_230 * d52) : MC_NAN;
-        if (V & 12) o_j[165 * MC_W + l] = norton_radial_return_solve_converged ? (cse_230 * d53) : MC_NAN;
-        if (V & 12) o_j[173 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d54) : MC_NAN;
-        if (V & 12) o_j[181 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d55) : MC_NAN;
-        if (V & 12) o_j[189 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d56) : MC_NAN;
-        if (V & 12) o_j[150 * MC_W + l] = norton_radial_return_solve_converged ? (cse_230 * d57) : MC_NAN;
-        if (V & 12) o_j[158 * MC_W + l] = norton_radial_return_solve_converged ? (cse_230 * d58) : MC_NAN;
-        if (V & 12) o_j[166 * MC_W + l] = norton_radial_return_solve_converged ? (cse_230 * d59) : MC_NAN;
-        if (V & 12) o_j[174 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d60) : MC_NAN;
-        if (V & 12) o_j[182 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d61) : MC_NAN;
-        if (V & 12) o_j[190 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d62) : MC_NAN;
-        if (V & 12) o_j[151 * MC_W + l] = norton_radial_return_solve_converged ? (cse_234 + cse_235 + (cse_236 * d63)) : MC_NAN;
-        if (V & 12) o_j[152 * MC_W + l] = norton_radial_return_solve_converged ? (cse_237 + cse_238 + (cse_236 * d64)) : MC_NAN;
-        if (V & 12) o_j[153 * MC_W + l] = norton_radial_return_solve_converged ? (cse_239 + cse_240 + (cse_236 * d65)) : MC_NAN;
-        if (V & 12) o_j[154 * MC_W + l] = norton_radial_return_solve_converged ? (cse_241 + cse_242 + (cse_236 * d66)) : MC_NAN;
-        if (V & 12) o_j[155 * MC_W + l] = norton_radial_return_solve_converged ? (cse_243 + cse_244 + (cse_236 * d67)) : MC_NAN;
-        if (V & 12) o_j[156 * MC_W + l] = norton_radial_return_solve_converged ? (cse_245 + cse_246 + (cse_236 * d68)) : MC_NAN;
-        if (V & 12) o_j[159 * MC_W + l] = norton_radial_return_solve_converged ? (cse_235 + cse_247 + (cse_236 * d69)) : MC_NAN;
-        if (V & 12) o_j[160 * MC_W + l] = norton_radial_return_solve_converged ? (cse_237 + cse_248 + (cse_236 * d70)) : MC_NAN;
-        if (V & 12) o_j[161 * MC_W + l] = norton_radial_return_solve_converged ? (cse_240 + cse_249 + (cse_236 * d71)) : MC_NAN;
-        if (V & 12) o_j[162 * MC_W + l] = norton_radial_return_solve_converged ? (cse_242 + cse_250 + (cse_236 * d72)) : MC_NAN;
-        if (V & 12) o_j[163 * MC_W + l] = norton_radial_return_solve_converged ? (cse_244 + cse_251 + (cse_236 * d73)) : MC_NAN;
-        if (V & 12) o_j[164 * MC_W + l] = norton_radial_return_solve_converged ? (cse_246 + cse_252 + (cse_236 * d74)) : MC_NAN;
-        if (V & 12) o_j[167 * MC_W + l] = norton_radial_return_solve_converged ? (cse_234 + cse_247 + (cse_236 * d75)) : MC_NAN;
-        if (V & 12) o_j[168 * MC_W + l] = norton_radial_return_solve_converged ? (cse_238 + cse_248 + (cse_236 * d76)) : MC_NAN;
-        if (V & 12) o_j[169 * MC_W + l] = norton_radial_return_solve_converged ? (cse_239 + cse_249 + (cse_236 * d77)) : MC_NAN;
-        if (V & 12) o_j[170 * MC_W + l] = norton_radial_return_solve_converged ? (cse_241 + cse_250 + (cse_236 * d78)) : MC_NAN;
-        if (V & 12) o_j[171 * MC_W + l] = norton_radial_return_solve_converged ? (cse_243 + cse_251 + (cse_236 * d79)) : MC_NAN;
-        if (V & 12) o_j[172 * MC_W + l] = norton_radial_return_solve_converged ? (cse_245 + cse_252 + (cse_236 * d80)) : MC_NAN;
-        if (V & 12) o_j[175 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d81) : MC_NAN;
-        if (V & 12) o_j[176 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d82) : MC_NAN;
-        if (V & 12) o_j[177 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d83) : MC_NAN;
-        if (V & 12) o_j[178 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d84) : MC_NAN;
-        if (V & 12) o_j[179 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d85) : MC_NAN;
-        if (V & 12) o_j[180 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d86) : MC_NAN;
-        if (V & 12) o_j[183 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d87) : MC_NAN;
-        if (V & 12) o_j[184 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d88) : MC_NAN;
-        if (V & 12) o_j[185 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d89) : MC_NAN;
-        if (V & 12) o_j[186 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d90) : MC_NAN;
-        if (V & 12) o_j[187 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d91) : MC_NAN;
-        if (V & 12) o_j[188 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d92) : MC_NAN;
-        if (V & 12) o_j[191 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d93) : MC_NAN;
-        if (V & 12) o_j[192 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d94) : MC_NAN;
-        if (V & 12) o_j[193 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d95) : MC_NAN;
-        if (V & 12) o_j[194 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d96) : MC_NAN;
-        if (V & 12) o_j[195 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d97) : MC_NAN;
-        if (V & 12) o_j[196 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d98) : MC_NAN;
-        const real cse_194 = (cse_21 * nx_0);
-        const real cse_195 = (cse_194 * cse_46);
-        const real cse_202 = (p_A * (state_internal_svm > 0 ? (nx_0 * mc_log(state_internal_svm)) : ((real)0.0)));
-        const real cse_203 = (cse_202 * cse_21);
-        const real cse_204 = (cse_203 * cse_46);
-        const real cse_253 = (cse_218 * cse_222);
-        const real cse_254 = (cse_214 * cse_253);
-        const real cse_255 = (p_E * (cse_214 * cse_214));
-        const real cse_256 = (cse_215 * cse_218);
-        const real cse_257 = ((cse_221 * cse_256) - (cse_253 * cse_255) + (cse_219 * cse_256 * (cse_221 * cse_221)));
-        const real cse_269 = (cse_259 * cse_259);
-        const real ls3_1 = (-((real)1.0) - (cse_261 * cse_45));
-        const real ls3_2 = (((real)1.0) / ls3_1);
-        const real ls3_3 = ((cse_23 * cse_260) - (cse_262 * cse_33));
-        const real ls3_4 = (-(((real)6.0) * p_E * cse_23 * cse_269) + (((real)4.898979485566356) * p_E * cse_269 * cse_33));
-        const real ls3_5 = (cse_194 * cse_261);
-        const real ls3_6 = (cse_203 * cse_261);
-        const real ls3_7 = (ls3_3 * ls3_2);
-        const real ls3_8 = (ls3_4 * ls3_2);
-        const real ls3_9 = (ls3_5 * ls3_2);
-        const real ls3_10 = (ls3_6 * ls3_2);
-        const real d99 = ls3_7;
-        const real d100 = ls3_8;
-        const real d101 = ls3_9;
-        const real d102 = ls3_10;
-        const real d103 = (cse_48 * d99);
-        if (V & 8) o_j[197 * MC_W + l] = norton_radial_return_solve_converged ? d103 : MC_NAN;
-        const real d104 = (cse_66 * d99);
-        if (V & 8) o_j[201 * MC_W + l] = norton_radial_return_solve_converged ? d104 : MC_NAN;
-        const real d105 = (cse_78 * d99);
-        if (V & 8) o_j[205 * MC_W + l] = norton_radial_return_solve_converged ? d105 : MC_NAN;
-        const real d106 = (cse_90 * d99);
-        if (V & 8) o_j[209 * MC_W + l] = norton_radial_return_solve_converged ? d106 : MC_NAN;
-        const real d107 = (cse_102 * d99);
-        if (V & 8) o_j[213 * MC_W + l] = norton_radial_return_solve_converged ? d107 : MC_NAN;
-        const real d108 = (cse_113 * d99);
-        if (V & 8) o_j[217 * MC_W + l] = norton_radial_return_solve_converged ? d108 : MC_NAN;
-        const real d109 = (cse_48 * d100);
-        if (V & 8) o_j[198 * MC_W + l] = norton_radial_return_solve_converged ? d109 : MC_NAN;
-        const real d110 = (cse_66 * d100);
-        if (V & 8) o_j[202 * MC_W + l] = norton_radial_return_solve_converged ? d110 : MC_NAN;
-        const real d111 = (cse_78 * d100);
-        if (V & 8) o_j[206 * MC_W + l] = norton_radial_return_solve_converged ? d111 : MC_NAN;
-        const real d112 = (cse_90 * d100);
-        if (V & 8) o_j[210 * MC_W + l] = norton_radial_return_solve_converged ? d112 : MC_NAN;
-        const real d113 = (cse_102 * d100);
-        if (V & 8) o_j[214 * MC_W + l] = norton_radial_return_solve_converged ? d113 : MC_NAN;
-        const real d114 = (cse_113 * d100);
-        if (V & 8) o_j[218 * MC_W + l] = norton_radial_return_solve_converged ? d114 : MC_NAN;
-        const real d115 = ((cse_195 * cse_20) + (cse_48 * d101));
-        if (V & 8) o_j[199 * MC_W + l] = norton_radial_return_solve_converged ? d115 : MC_NAN;
-        const real d116 = ((cse_195 * cse_30) + (cse_66 * d101));
-        if (V & 8) o_j[203 * MC_W + l] = norton_radial_return_solve_converged ? d116 : MC_NAN;
-        const real d117 = ((cse_195 * cse_32) + (cse_78 * d101));
-        if (V & 8) o_j[207 * MC_W + l] = norton_radial_return_solve_converged ? d117 : MC_NAN;
-        const real d118 = ((cse_14 * cse_195) + (cse_90 * d101));
-        if (V & 8) o_j[211 * MC_W + l] = norton_radial_return_solve_converged ? d118 : MC_NAN;
-        const real d119 = ((cse_102 * d101) + (cse_15 * cse_195));
-        if (V & 8) o_j[215 * MC_W + l] = norton_radial_return_solve_converged ? d119 : MC_NAN;
-        const real d120 = ((cse_113 * d101) + (cse_16 * cse_195));
-        if (V & 8) o_j[219 * MC_W + l] = norton_radial_return_solve_converged ? d120 : MC_NAN;
-        const real d121 = ((cse_20 * cse_204) + (cse_48 * d102));
-        if (V & 8) o_j[200 * MC_W + l] = norton_radial_return_solve_converged ? d121 : MC_NAN;
-        const real d122 = ((cse_204 * cse_30) + (cse_66 * d102));
-        if (V & 8) o_j[204 * MC_W + l] = norton_radial_return_solve_converged ? d122 : MC_NAN;
-        const real d123 = ((cse_204 * cse_32) + (cse_78 * d102));
-        if (V & 8) o_j[208 * MC_W + l] = norton_radial_return_solve_converged ? d123 : MC_NAN;
-        const real d124 = ((cse_14 * cse_204) + (cse_90 * d102));
-        if (V & 8) o_j[212 * MC_W + l] = norton_radial_return_solve_converged ? d124 : MC_NAN;
-        const real d125 = ((cse_102 * d102) + (cse_15 * cse_204));
-        if (V & 8) o_j[216 * MC_W + l] = norton_radial_return_solve_converged ? d125 : MC_NAN;
-        const real d126 = ((cse_113 * d102) + (cse_16 * cse_204));
-        if (V & 8) o_j[220 * MC_W + l] = norton_radial_return_solve_converged ? d126 : MC_NAN;
-        if (V & 8) o_j[221 * MC_W + l] = norton_radial_return_solve_converged ? (cse_45 * d99) : MC_NAN;
-        if (V & 8) o_j[222 * MC_W + l] = norton_radial_return_solve_converged ? (cse_45 * d100) : MC_NAN;
-        if (V & 8) o_j[223 * MC_W + l] = norton_radial_return_solve_converged ? (cse_194 + (cse_45 * d101)) : MC_NAN;
-        if (V & 8) o_j[224 * MC_W + l] = norton_radial_return_solve_converged ? (cse_203 + (cse_45 * d102)) : MC_NAN;
-        if (V & 8) o_j[225 * MC_W + l] = norton_radial_return_solve_converged ? (cse_44 * d99) : MC_NAN;
-        if (V & 8) o_j[226 * MC_W + l] = norton_radial_return_solve_converged ? (cse_44 * d100) : MC_NAN;
-        if (V & 8) o_j[227 * MC_W + l] = norton_radial_return_solve_converged ? (nx_0 + (cse_44 * d101)) : MC_NAN;
-        if (V & 8) o_j[228 * MC_W + l] = norton_radial_return_solve_converged ? (cse_202 + (cse_44 * d102)) : MC_NAN;
-        if (V & 8) o_j[229 * MC_W + l] = norton_radial_return_solve_converged ? (cse_254 + (cse_212 * cse_214) + (cse_230 * d103)) : MC_NAN;
-        if (V & 8) o_j[233 * MC_W + l] = norton_radial_return_solve_converged ? (cse_254 + (cse_214 * cse_225) + (cse_230 * d104)) : MC_NAN;
-        if (V & 8) o_j[237 * MC_W + l] = norton_radial_return_solve_converged ? (cse_254 + (cse_214 * cse_226) + (cse_230 * d105)) : MC_NAN;
-        if (V & 8) o_j[241 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_214 * cse_227) + (cse_232 * d106)) : MC_NAN;
-        if (V & 8) o_j[245 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_214 * cse_228) + (cse_232 * d107)) : MC_NAN;
-        if (V & 8) o_j[249 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_214 * cse_229) + (cse_232 * d108)) : MC_NAN;
-        if (V & 8) o_j[230 * MC_W + l] = norton_radial_return_solve_converged ? (cse_257 + (cse_230 * d109) - (cse_212 * cse_255)) : MC_NAN;
-        if (V & 8) o_j[234 * MC_W + l] = norton_radial_return_solve_converged ? (cse_257 + (cse_230 * d110) - (cse_225 * cse_255)) : MC_NAN;
-        if (V & 8) o_j[238 * MC_W + l] = norton_radial_return_solve_converged ? (cse_257 + (cse_230 * d111) - (cse_226 * cse_255)) : MC_NAN;
-        if (V & 8) o_j[242 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_232 * d112) - (cse_227 * cse_255)) : MC_NAN;
-        if (V & 8) o_j[246 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_232 * d113) - (cse_228 * cse_255)) : MC_NAN;
-        if (V & 8) o_j[250 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_232 * d114) - (cse_229 * cse_255)) : MC_NAN;
-        if (V & 8) o_j[231 * MC_W + l] = norton_radial_return_solve_converged ? (cse_230 * d115) : MC_NAN;
-        if (V & 8) o_j[235 * MC_W + l] = norton_radial_return_solve_converged ? (cse_230 * d116) : MC_NAN;
-        if (V & 8) o_j[239 * MC_W + l] = norton_radial_return_solve_converged ? (cse_230 * d117) : MC_NAN;
-        if (V & 8) o_j[243 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d118) : MC_NAN;
-        if (V & 8) o_j[247 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d119) : MC_NAN;
-        if (V & 8) o_j[251 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d120) : MC_NAN;
-        if (V & 8) o_j[232 * MC_W + l] = norton_radial_return_solve_converged ? (cse_230 * d121) : MC_NAN;
-        if (V & 8) o_j[236 * MC_W + l] = norton_radial_return_solve_converged ? (cse_230 * d122) : MC_NAN;
-        if (V & 8) o_j[240 * MC_W + l] = norton_radial_return_solve_converged ? (cse_230 * d123) : MC_NAN;
-        if (V & 8) o_j[244 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d124) : MC_NAN;
-        if (V & 8) o_j[248 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d125) : MC_NAN;
-        if (V & 8) o_j[252 * MC_W + l] = norton_radial_return_solve_converged ? (cse_232 * d126) : MC_NAN;
-        if (V & 12) o_j[134 * MC_W + l] = norton_radial_return_solve_converged ? ((real)1.0) : MC_NAN;
+        const real dcse_258 = (((real)2.449489742783178) * cse_215);
+        const real dcse_259 = (cse_20 * dcse_258);
+        const real dcse_281 = (((real)2.0) + cse_219);
+        const real dcse_286 = (((real)1.0) / dcse_281);
+        const real dcse_270 = (p_A * p_E * p_n * cse_21 * dcse_286 * nx_1);
+        const real dcse_282 = mc_sdiv(((real)1.0), (((real)2.0) * cse_33));
+        const real dcse_287 = (((real)1.0) / (-((real)1.0) - (((real)3.0) * dcse_270)));
+        const real dcse_271 = (cse_34 * dcse_270 * dcse_282 * dcse_287);
+        const real dcse_272 = (cse_23 * (nx_0 == 0 ? ((real)0.0) : dcse_282) * (nx_0 == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (cse_33 * cse_33))));
+        const real dcse_288 = ((((real)0.5) * dcse_271) + (((real)0.5) * dcse_272));
+        const real dcse_260 = (dcse_259 * dcse_288);
+        const real dcse_289 = (dcse_271 + dcse_272);
+        const real dcse_261 = (dcse_259 * dcse_289);
+        const real dcse_262 = (cse_30 * dcse_258);
+        const real dcse_263 = (dcse_262 * dcse_288);
+        const real dcse_264 = (dcse_262 * dcse_289);
+        const real dcse_265 = (cse_32 * dcse_258);
+        const real dcse_266 = (dcse_265 * dcse_288);
+        const real dcse_267 = (dcse_265 * dcse_289);
+        const real dcse_268 = (cse_14 * dcse_258);
+        const real dcse_269 = (dcse_268 * dcse_288);
+        const real dcse_273 = (dcse_268 * dcse_289);
+        const real dcse_274 = (cse_15 * dcse_273);
+        if (V & 14) o_j[22 * MC_W + l] = norton_radial_return_solve_converged ? dcse_274 : MC_NAN;
+        if (V & 14) o_j[27 * MC_W + l] = norton_radial_return_solve_converged ? dcse_274 : MC_NAN;
+        const real dcse_275 = (cse_16 * dcse_273);
+        if (V & 14) o_j[23 * MC_W + l] = norton_radial_return_solve_converged ? dcse_275 : MC_NAN;
+        if (V & 14) o_j[33 * MC_W + l] = norton_radial_return_solve_converged ? dcse_275 : MC_NAN;
+        const real dcse_276 = (cse_15 * dcse_258);
+        const real dcse_277 = (dcse_276 * dcse_288);
+        const real dcse_278 = (cse_16 * dcse_276 * dcse_289);
+        if (V & 14) o_j[29 * MC_W + l] = norton_radial_return_solve_converged ? dcse_278 : MC_NAN;
+        if (V & 14) o_j[34 * MC_W + l] = norton_radial_return_solve_converged ? dcse_278 : MC_NAN;
+        const real dcse_279 = (cse_16 * dcse_258 * dcse_288);
+        const real dcse_280 = (cse_215 * cse_35);
+        const real dcse_283 = (cse_29 + cse_31 - (((real)1.3333333333333333) * cse_0));
+        const real dcse_284 = (cse_17 + cse_31 - (((real)1.3333333333333333) * cse_1));
+        const real dcse_285 = (cse_17 + cse_29 - (((real)1.3333333333333333) * cse_2));
+        const real dcse_290 = (((real)1.0) - cse_36);
+        const real dcse_291 = (cse_215 + cse_223);
+        const real dcse_292 = (dcse_291 - (((real)0.3333333333333333) * dcse_280));
+        const real dcse_293 = (cse_223 + (((real)0.16666666666666666) * dcse_280));
+        const real dcse_39 = (((real)0.3333333333333333) * cse_35);
+        const real dcse_40 = (((real)0.5) * cse_21);
+        const real dcse_41 = (p_A * dcse_40);
+        const real dcse_42 = (p_n * nx_1);
+        const real dcse_214 = (((real)2.0) + cse_219);
+        const real dcse_231 = (((real)1.0) / dcse_214);
+        const real dcse_43 = (dcse_231 * dcse_42);
+        const real dcse_44 = (p_E * dcse_43);
+        const real dcse_208 = mc_sdiv(((real)1.0), (((real)2.0) * cse_33));
+        const real dcse_45 = (dcse_208 * dcse_44);
+        const real dcse_57 = (p_A * cse_21);
+        const real dcse_215 = (((real)3.0) * dcse_57);
+        const real dcse_232 = (((real)1.0) / (-((real)1.0) - (dcse_215 * dcse_44)));
+        const real dcse_46 = (cse_34 * dcse_232 * dcse_41 * dcse_45);
+        const real dcse_47 = (cse_23 * (nx_0 == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (cse_33 * cse_33))));
+        const real dcse_48 = (dcse_47 * (nx_0 == 0 ? ((real)0.0) : dcse_208));
+        const real dcse_49 = (((real)0.5) * dcse_48);
+        const real dcse_50 = (dcse_46 + dcse_49);
+        const real dcse_51 = (-dcse_50);
+        const real dcse_53 = (((real)2.449489742783178) * cse_20);
+        const real dcse_54 = (dcse_51 * dcse_53);
+        const real dcse_55 = (((real)0.16666666666666666) * cse_35);
+        const real dcse_56 = (-dcse_55);
+        const real dcse_58 = (dcse_232 * dcse_57);
+        const real dcse_59 = (cse_34 * dcse_58);
+        const real dcse_60 = (dcse_45 * dcse_59);
+        const real dcse_61 = (dcse_48 + dcse_60);
+        const real dcse_62 = (-dcse_61);
+        const real dcse_63 = (dcse_53 * dcse_62);
+        const real dcse_64 = (((real)2.449489742783178) * cse_30);
+        const real dcse_65 = (dcse_51 * dcse_64);
+        const real dcse_66 = (dcse_62 * dcse_64);
+        const real dcse_67 = (((real)2.449489742783178) * cse_32);
+        const real dcse_68 = (dcse_51 * dcse_67);
+        const real dcse_69 = (dcse_62 * dcse_67);
+        const real dcse_70 = (((real)2.449489742783178) * cse_14);
+        const real dcse_71 = (dcse_51 * dcse_70);
+        const real dcse_207 = (cse_29 + cse_31 - (((real)1.3333333333333333) * cse_0));
+        const real dcse_72 = (dcse_207 * dcse_71);
+        if (V & 12) o_j[78 * MC_W + l] = norton_radial_return_solve_converged ? dcse_72 : MC_NAN;
+        const real dcse_209 = (cse_17 + cse_31 - (((real)1.3333333333333333) * cse_1));
+        const real dcse_73 = (dcse_209 * dcse_71);
+        if (V & 12) o_j[79 * MC_W + l] = norton_radial_return_solve_converged ? dcse_73 : MC_NAN;
+        const real dcse_210 = (cse_17 + cse_29 - (((real)1.3333333333333333) * cse_2));
+        const real dcse_74 = (dcse_210 * dcse_71);
+        if (V & 12) o_j[80 * MC_W + l] = norton_radial_return_solve_converged ? dcse_74 : MC_NAN;
+        const real dcse_75 = (cse_14 * cse_14);
+        const real dcse_76 = ((cse_25 * dcse_48) + (dcse_60 * dcse_75));
+        const real dcse_77 = (-dcse_76);
+        const real dcse_78 = (dcse_62 * dcse_70);
+        const real dcse_79 = (cse_15 * dcse_78);
+        if (V & 12) o_j[82 * MC_W + l] = norton_radial_return_solve_converged ? dcse_79 : MC_NAN;
+        const real dcse_80 = (cse_16 * dcse_78);
+        if (V & 12) o_j[83 * MC_W + l] = norton_radial_return_solve_converged ? dcse_80 : MC_NAN;
+        const real dcse_81 = (((real)2.449489742783178) * cse_15);
+        const real dcse_82 = (dcse_51 * dcse_81);
+        const real dcse_83 = (dcse_207 * dcse_82);
+        if (V & 12) o_j[92 * MC_W + l] = norton_radial_return_solve_converged ? dcse_83 : MC_NAN;
+        const real dcse_84 = (dcse_209 * dcse_82);
+        if (V & 12) o_j[93 * MC_W + l] = norton_radial_return_solve_converged ? dcse_84 : MC_NAN;
+        const real dcse_85 = (dcse_210 * dcse_82);
+        if (V & 12) o_j[94 * MC_W + l] = norton_radial_return_solve_converged ? dcse_85 : MC_NAN;
+        const real dcse_86 = (cse_15 * cse_15);
+        const real dcse_87 = ((cse_26 * dcse_48) + (dcse_60 * dcse_86));
+        const real dcse_88 = (-dcse_87);
+        const real dcse_89 = (cse_16 * dcse_81);
+        const real dcse_90 = (dcse_62 * dcse_89);
+        if (V & 12) o_j[96 * MC_W + l] = norton_radial_return_solve_converged ? dcse_90 : MC_NAN;
+        const real dcse_91 = (((real)2.449489742783178) * cse_16);
+        const real dcse_92 = (dcse_51 * dcse_91);
+        const real dcse_93 = (dcse_207 * dcse_92);
+        if (V & 12) o_j[104 * MC_W + l] = norton_radial_return_solve_converged ? dcse_93 : MC_NAN;
+        const real dcse_94 = (dcse_209 * dcse_92);
+        if (V & 12) o_j[105 * MC_W + l] = norton_radial_return_solve_converged ? dcse_94 : MC_NAN;
+        const real dcse_95 = (dcse_210 * dcse_92);
+        if (V & 12) o_j[106 * MC_W + l] = norton_radial_return_solve_converged ? dcse_95 : MC_NAN;
+        const real dcse_96 = (cse_16 * cse_16);
+        const real dcse_97 = ((cse_27 * dcse_48) + (dcse_60 * dcse_96));
+        const real dcse_98 = (-dcse_97);
+        const real dcse_99 = (((real)1.5) * dcse_44);
+        const real dcse_100 = (((real)0.5) + (dcse_58 * dcse_99));
+        const real dcse_101 = (cse_34 * state_internal_creep_rate);
+        const real dcse_102 = (dcse_100 * dcse_101);
+        const real dcse_103 = (cse_20 * dcse_102);
+        if (V & 12) o_j[42 * MC_W + l] = norton_radial_return_solve_converged ? dcse_103 : MC_NAN;
+        const real dcse_104 = (cse_30 * dcse_102);
+        if (V & 12) o_j[56 * MC_W + l] = norton_radial_return_solve_converged ? dcse_104 : MC_NAN;
+        const real dcse_105 = (cse_32 * dcse_102);
+        if (V & 12) o_j[70 * MC_W + l] = norton_radial_return_solve_converged ? dcse_105 : MC_NAN;
+        const real dcse_106 = (cse_14 * dcse_102);
+        if (V & 12) o_j[84 * MC_W + l] = norton_radial_return_solve_converged ? dcse_106 : MC_NAN;
+        const real dcse_107 = (cse_15 * dcse_102);
+        if (V & 12) o_j[97 * MC_W + l] = norton_radial_return_solve_converged ? dcse_107 : MC_NAN;
+        const real dcse_108 = (cse_16 * dcse_102);
+        if (V & 12) o_j[108 * MC_W + l] = norton_radial_return_solve_converged ? dcse_108 : MC_NAN;
+        const real dcse_109 = (-dcse_100 * dcse_101);
+        const real dcse_110 = (cse_20 * dcse_109);
+        if (V & 12) o_j[43 * MC_W + l] = norton_radial_return_solve_converged ? dcse_110 : MC_NAN;
+        const real dcse_111 = (cse_30 * dcse_109);
+        if (V & 12) o_j[57 * MC_W + l] = norton_radial_return_solve_converged ? dcse_111 : MC_NAN;
+        const real dcse_112 = (cse_32 * dcse_109);
+        if (V & 12) o_j[71 * MC_W + l] = norton_radial_return_solve_converged ? dcse_112 : MC_NAN;
+        const real dcse_113 = (cse_14 * dcse_109);
+        if (V & 12) o_j[85 * MC_W + l] = norton_radial_return_solve_converged ? dcse_113 : MC_NAN;
+        const real dcse_114 = (cse_15 * dcse_109);
+        if (V & 12) o_j[98 * MC_W + l] = norton_radial_return_solve_converged ? dcse_114 : MC_NAN;
+        const real dcse_115 = (cse_16 * dcse_109);
+        if (V & 12) o_j[109 * MC_W + l] = norton_radial_return_solve_converged ? dcse_115 : MC_NAN;
+        const real dcse_116 = (dcse_50 * dcse_70);
+        const real dcse_117 = (dcse_61 * dcse_70);
+        const real dcse_118 = (cse_15 * dcse_117);
+        if (V & 12) o_j[90 * MC_W + l] = norton_radial_return_solve_converged ? dcse_118 : MC_NAN;
+        const real dcse_119 = (cse_16 * dcse_117);
+        if (V & 12) o_j[91 * MC_W + l] = norton_radial_return_solve_converged ? dcse_119 : MC_NAN;
+        const real dcse_120 = (dcse_50 * dcse_81);
+        const real dcse_121 = (dcse_61 * dcse_89);
+        if (V & 12) o_j[103 * MC_W + l] = norton_radial_return_solve_converged ? dcse_121 : MC_NAN;
+        const real dcse_122 = (dcse_50 * dcse_91);
+        const real dcse_133 = (p_A * dcse_232);
+        const real dcse_144 = (((real)2.449489742783178) * dcse_45);
+        const real dcse_145 = (dcse_144 * dcse_58);
+        const real dcse_146 = (dcse_145 * dcse_207);
+        if (V & 12) o_j[122 * MC_W + l] = norton_radial_return_solve_converged ? dcse_146 : MC_NAN;
+        const real dcse_147 = (dcse_145 * dcse_209);
+        if (V & 12) o_j[123 * MC_W + l] = norton_radial_return_solve_converged ? dcse_147 : MC_NAN;
+        const real dcse_148 = (dcse_145 * dcse_210);
+        if (V & 12) o_j[124 * MC_W + l] = norton_radial_return_solve_converged ? dcse_148 : MC_NAN;
+        const real dcse_149 = (((real)2.0) * dcse_45);
+        const real dcse_150 = (dcse_149 * dcse_58);
+        const real dcse_151 = (dcse_150 * dcse_70);
+        if (V & 12) o_j[125 * MC_W + l] = norton_radial_return_solve_converged ? dcse_151 : MC_NAN;
+        const real dcse_152 = (dcse_150 * dcse_81);
+        if (V & 12) o_j[126 * MC_W + l] = norton_radial_return_solve_converged ? dcse_152 : MC_NAN;
+        const real dcse_153 = (dcse_150 * dcse_91);
+        if (V & 12) o_j[127 * MC_W + l] = norton_radial_return_solve_converged ? dcse_153 : MC_NAN;
+        const real dcse_154 = (((real)3.0) * dcse_44);
+        const real dcse_155 = (((real)1.0) + (dcse_154 * dcse_58));
+        const real dcse_159 = (dcse_133 * dcse_144);
+        const real dcse_160 = (dcse_159 * dcse_207);
+        if (V & 12) o_j[137 * MC_W + l] = norton_radial_return_solve_converged ? dcse_160 : MC_NAN;
+        const real dcse_161 = (dcse_159 * dcse_209);
+        if (V & 12) o_j[138 * MC_W + l] = norton_radial_return_solve_converged ? dcse_161 : MC_NAN;
+        const real dcse_162 = (dcse_159 * dcse_210);
+        if (V & 12) o_j[139 * MC_W + l] = norton_radial_return_solve_converged ? dcse_162 : MC_NAN;
+        const real dcse_163 = (dcse_133 * dcse_149);
+        const real dcse_164 = (dcse_163 * dcse_70);
+        if (V & 12) o_j[140 * MC_W + l] = norton_radial_return_solve_converged ? dcse_164 : MC_NAN;
+        const real dcse_165 = (dcse_163 * dcse_81);
+        if (V & 12) o_j[141 * MC_W + l] = norton_radial_return_solve_converged ? dcse_165 : MC_NAN;
+        const real dcse_166 = (dcse_163 * dcse_91);
+        if (V & 12) o_j[142 * MC_W + l] = norton_radial_return_solve_converged ? dcse_166 : MC_NAN;
+        const real dcse_167 = (dcse_133 * dcse_154 * state_internal_creep_rate);
+        if (V & 12) o_j[135 * MC_W + l] = norton_radial_return_solve_converged ? dcse_167 : MC_NAN;
+        const real dcse_190 = (cse_215 * dcse_79);
+        if (V & 12) o_j[173 * MC_W + l] = norton_radial_return_solve_converged ? dcse_190 : MC_NAN;
+        const real dcse_191 = (cse_215 * dcse_80);
+        if (V & 12) o_j[174 * MC_W + l] = norton_radial_return_solve_converged ? dcse_191 : MC_NAN;
+        const real dcse_192 = (cse_215 * dcse_90);
+        if (V & 12) o_j[181 * MC_W + l] = norton_radial_return_solve_converged ? dcse_192 : MC_NAN;
+        const real dcse_211 = (((real)1.0) - cse_36);
+        const real dcse_212 = (cse_215 + cse_223);
+        const real dcse_229 = (-((real)1.0) + dcse_39);
+        const real dcse_216 = (-dcse_229);
+        const real dcse_217 = (dcse_46 * dcse_53);
+        const real dcse_218 = (dcse_49 * dcse_53);
+        const real dcse_219 = (dcse_53 * dcse_60);
+        const real dcse_220 = (dcse_48 * dcse_53);
+        const real dcse_221 = (dcse_46 * dcse_64);
+        const real dcse_222 = (dcse_49 * dcse_64);
+        const real dcse_223 = (dcse_60 * dcse_64);
+        const real dcse_224 = (dcse_48 * dcse_64);
+        const real dcse_225 = (dcse_46 * dcse_67);
+        const real dcse_226 = (dcse_49 * dcse_67);
+        const real dcse_227 = (dcse_60 * dcse_67);
+        const real dcse_228 = (dcse_48 * dcse_67);
+        const real dcse_233 = (dcse_216 + (dcse_207 * dcse_217) + (dcse_207 * dcse_218));
+        if (V & 12) o_j[44 * MC_W + l] = norton_radial_return_solve_converged ? dcse_233 : MC_NAN;
+        const real dcse_234 = (dcse_55 + (dcse_209 * dcse_217) + (dcse_209 * dcse_218));
+        if (V & 12) o_j[45 * MC_W + l] = norton_radial_return_solve_converged ? dcse_234 : MC_NAN;
+        const real dcse_235 = (dcse_55 + (dcse_210 * dcse_217) + (dcse_210 * dcse_218));
+        if (V & 12) o_j[46 * MC_W + l] = norton_radial_return_solve_converged ? dcse_235 : MC_NAN;
+        const real dcse_236 = ((cse_14 * dcse_219) + (cse_14 * dcse_220));
+        if (V & 12) o_j[47 * MC_W + l] = norton_radial_return_solve_converged ? dcse_236 : MC_NAN;
+        const real dcse_237 = ((cse_15 * dcse_219) + (cse_15 * dcse_220));
+        if (V & 12) o_j[48 * MC_W + l] = norton_radial_return_solve_converged ? dcse_237 : MC_NAN;
+        const real dcse_238 = ((cse_16 * dcse_219) + (cse_16 * dcse_220));
+        if (V & 12) o_j[49 * MC_W + l] = norton_radial_return_solve_converged ? dcse_238 : MC_NAN;
+        const real dcse_239 = (dcse_55 + (dcse_207 * dcse_221) + (dcse_207 * dcse_222));
+        if (V & 12) o_j[58 * MC_W + l] = norton_radial_return_solve_converged ? dcse_239 : MC_NAN;
+        const real dcse_240 = (dcse_216 + (dcse_209 * dcse_221) + (dcse_209 * dcse_222));
+        if (V & 12) o_j[59 * MC_W + l] = norton_radial_return_solve_converged ? dcse_240 : MC_NAN;
+        const real dcse_241 = (dcse_55 + (dcse_210 * dcse_221) + (dcse_210 * dcse_222));
+        if (V & 12) o_j[60 * MC_W + l] = norton_radial_return_solve_converged ? dcse_241 : MC_NAN;
+        const real dcse_242 = ((cse_14 * dcse_223) + (cse_14 * dcse_224));
+        if (V & 12) o_j[61 * MC_W + l] = norton_radial_return_solve_converged ? dcse_242 : MC_NAN;
+        const real dcse_243 = ((cse_15 * dcse_223) + (cse_15 * dcse_224));
+        if (V & 12) o_j[62 * MC_W + l] = norton_radial_return_solve_converged ? dcse_243 : MC_NAN;
+        const real dcse_244 = ((cse_16 * dcse_223) + (cse_16 * dcse_224));
+        if (V & 12) o_j[63 * MC_W + l] = norton_radial_return_solve_converged ? dcse_244 : MC_NAN;
+        const real dcse_245 = (dcse_55 + (dcse_207 * dcse_225) + (dcse_207 * dcse_226));
+        if (V & 12) o_j[72 * MC_W + l] = norton_radial_return_solve_converged ? dcse_245 : MC_NAN;
+        const real dcse_246 = (dcse_55 + (dcse_209 * dcse_225) + (dcse_209 * dcse_226));
+        if (V & 12) o_j[73 * MC_W + l] = norton_radial_return_solve_converged ? dcse_246 : MC_NAN;
+        const real dcse_247 = (dcse_216 + (dcse_210 * dcse_225) + (dcse_210 * dcse_226));
+        if (V & 12) o_j[74 * MC_W + l] = norton_radial_return_solve_converged ? dcse_247 : MC_NAN;
+        const real dcse_248 = ((cse_14 * dcse_227) + (cse_14 * dcse_228));
+        if (V & 12) o_j[75 * MC_W + l] = norton_radial_return_solve_converged ? dcse_248 : MC_NAN;
+        const real dcse_249 = ((cse_15 * dcse_227) + (cse_15 * dcse_228));
+        if (V & 12) o_j[76 * MC_W + l] = norton_radial_return_solve_converged ? dcse_249 : MC_NAN;
+        const real dcse_250 = ((cse_16 * dcse_227) + (cse_16 * dcse_228));
+        if (V & 12) o_j[77 * MC_W + l] = norton_radial_return_solve_converged ? dcse_250 : MC_NAN;
+        const real dcse_123 = ((((real)1.5) * cse_23) - (((real)1.224744871391589) * cse_33));
+        const real dcse_124 = (dcse_123 * dcse_43);
+        const real dcse_125 = (cse_20 * cse_34);
+        const real dcse_126 = (dcse_125 * dcse_58);
+        const real dcse_127 = (dcse_124 * dcse_59);
+        const real dcse_128 = ((((real)3.0) * cse_23) - (((real)2.449489742783178) * cse_33));
+        const real dcse_129 = (p_E * dcse_42);
+        const real dcse_130 = (dcse_129 * (dcse_231 * dcse_231));
+        const real dcse_131 = (-dcse_128 * dcse_130);
+        const real dcse_132 = (dcse_131 * dcse_59);
+        const real dcse_134 = (cse_21 * cse_21);
+        const real dcse_135 = (dcse_134 * dcse_99);
+        const real dcse_136 = (dcse_40 + (dcse_133 * dcse_135));
+        const real dcse_137 = (dcse_136 * nx_0);
+        const real dcse_138 = (cse_34 * dcse_137);
+        const real dcse_139 = (state_internal_svm > 0 ? (nx_0 * mc_log(state_internal_svm)) : ((real)0.0));
+        const real dcse_140 = (dcse_232 * (p_A * p_A));
+        const real dcse_141 = (dcse_41 + (dcse_135 * dcse_140));
+        const real dcse_142 = (dcse_139 * dcse_141);
+        const real dcse_143 = (cse_34 * dcse_142);
+        const real dcse_156 = (dcse_128 * dcse_43);
+        const real dcse_157 = (dcse_130 * (-(((real)6.0) * cse_23) + (((real)4.898979485566356) * cse_33)));
+        const real dcse_158 = (dcse_134 * dcse_154);
+        const real dcse_193 = (cse_218 * cse_222);
+        const real dcse_194 = (cse_215 * dcse_125);
+        const real dcse_195 = (dcse_194 * dcse_58);
+        const real dcse_196 = (-dcse_123 * dcse_43);
+        const real dcse_197 = (cse_215 * cse_34);
+        const real dcse_198 = (dcse_197 * dcse_58);
+        const real dcse_199 = (dcse_196 * dcse_198);
+        const real dcse_200 = (p_E * (cse_214 * cse_214));
+        const real dcse_201 = (dcse_128 * dcse_130);
+        const real dcse_202 = (dcse_198 * dcse_201);
+        const real dcse_203 = (-dcse_136 * nx_0);
+        const real dcse_204 = (dcse_197 * dcse_203);
+        const real dcse_205 = (-dcse_139 * dcse_141);
+        const real dcse_206 = (dcse_197 * dcse_205);
+        const real dcse_213 = (cse_215 * cse_218);
+        const real dcse_230 = ((cse_221 * dcse_213) - (dcse_193 * dcse_200) + (cse_219 * dcse_213 * (cse_221 * cse_221)));
+        if (V & 14) o_j[0 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_292 + (dcse_260 * dcse_283)) : MC_NAN;
+        if (V & 14) o_j[1 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_293 + (dcse_260 * dcse_284)) : MC_NAN;
+        if (V & 14) o_j[2 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_293 + (dcse_260 * dcse_285)) : MC_NAN;
+        if (V & 14) o_j[3 * MC_W + l] = norton_radial_return_solve_converged ? (cse_14 * dcse_261) : MC_NAN;
+        if (V & 14) o_j[4 * MC_W + l] = norton_radial_return_solve_converged ? (cse_15 * dcse_261) : MC_NAN;
+        if (V & 14) o_j[5 * MC_W + l] = norton_radial_return_solve_converged ? (cse_16 * dcse_261) : MC_NAN;
+        if (V & 14) o_j[6 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_293 + (dcse_263 * dcse_283)) : MC_NAN;
+        if (V & 14) o_j[7 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_292 + (dcse_263 * dcse_284)) : MC_NAN;
+        if (V & 14) o_j[8 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_293 + (dcse_263 * dcse_285)) : MC_NAN;
+        if (V & 14) o_j[9 * MC_W + l] = norton_radial_return_solve_converged ? (cse_14 * dcse_264) : MC_NAN;
+        if (V & 14) o_j[10 * MC_W + l] = norton_radial_return_solve_converged ? (cse_15 * dcse_264) : MC_NAN;
+        if (V & 14) o_j[11 * MC_W + l] = norton_radial_return_solve_converged ? (cse_16 * dcse_264) : MC_NAN;
+        if (V & 14) o_j[12 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_293 + (dcse_266 * dcse_283)) : MC_NAN;
+        if (V & 14) o_j[13 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_293 + (dcse_266 * dcse_284)) : MC_NAN;
+        if (V & 14) o_j[14 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_292 + (dcse_266 * dcse_285)) : MC_NAN;
+        if (V & 14) o_j[15 * MC_W + l] = norton_radial_return_solve_converged ? (cse_14 * dcse_267) : MC_NAN;
+        if (V & 14) o_j[16 * MC_W + l] = norton_radial_return_solve_converged ? (cse_15 * dcse_267) : MC_NAN;
+        if (V & 14) o_j[17 * MC_W + l] = norton_radial_return_solve_converged ? (cse_16 * dcse_267) : MC_NAN;
+        if (V & 14) o_j[18 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_269 * dcse_283) : MC_NAN;
+        if (V & 14) o_j[19 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_269 * dcse_284) : MC_NAN;
+        if (V & 14) o_j[20 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_269 * dcse_285) : MC_NAN;
+        if (V & 14) o_j[21 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * (dcse_290 + (((real)2.449489742783178) * ((cse_25 * dcse_272) + (dcse_271 * (cse_14 * cse_14)))))) : MC_NAN;
+        if (V & 14) o_j[24 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_277 * dcse_283) : MC_NAN;
+        if (V & 14) o_j[25 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_277 * dcse_284) : MC_NAN;
+        if (V & 14) o_j[26 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_277 * dcse_285) : MC_NAN;
+        if (V & 14) o_j[28 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * (dcse_290 + (((real)2.449489742783178) * ((cse_26 * dcse_272) + (dcse_271 * (cse_15 * cse_15)))))) : MC_NAN;
+        if (V & 14) o_j[30 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_279 * dcse_283) : MC_NAN;
+        if (V & 14) o_j[31 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_279 * dcse_284) : MC_NAN;
+        if (V & 14) o_j[32 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_279 * dcse_285) : MC_NAN;
+        if (V & 14) o_j[35 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * (dcse_290 + (((real)2.449489742783178) * ((cse_27 * dcse_272) + (dcse_271 * (cse_16 * cse_16)))))) : MC_NAN;
+        if (V & 12) o_j[36 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_39 + (dcse_207 * dcse_54)) : MC_NAN;
+        if (V & 12) o_j[37 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_56 + (dcse_209 * dcse_54)) : MC_NAN;
+        if (V & 12) o_j[38 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_56 + (dcse_210 * dcse_54)) : MC_NAN;
+        if (V & 12) o_j[39 * MC_W + l] = norton_radial_return_solve_converged ? (cse_14 * dcse_63) : MC_NAN;
+        if (V & 12) o_j[40 * MC_W + l] = norton_radial_return_solve_converged ? (cse_15 * dcse_63) : MC_NAN;
+        if (V & 12) o_j[41 * MC_W + l] = norton_radial_return_solve_converged ? (cse_16 * dcse_63) : MC_NAN;
+        if (V & 12) o_j[50 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_56 + (dcse_207 * dcse_65)) : MC_NAN;
+        if (V & 12) o_j[51 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_39 + (dcse_209 * dcse_65)) : MC_NAN;
+        if (V & 12) o_j[52 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_56 + (dcse_210 * dcse_65)) : MC_NAN;
+        if (V & 12) o_j[53 * MC_W + l] = norton_radial_return_solve_converged ? (cse_14 * dcse_66) : MC_NAN;
+        if (V & 12) o_j[54 * MC_W + l] = norton_radial_return_solve_converged ? (cse_15 * dcse_66) : MC_NAN;
+        if (V & 12) o_j[55 * MC_W + l] = norton_radial_return_solve_converged ? (cse_16 * dcse_66) : MC_NAN;
+        if (V & 12) o_j[64 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_56 + (dcse_207 * dcse_68)) : MC_NAN;
+        if (V & 12) o_j[65 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_56 + (dcse_209 * dcse_68)) : MC_NAN;
+        if (V & 12) o_j[66 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_39 + (dcse_210 * dcse_68)) : MC_NAN;
+        if (V & 12) o_j[67 * MC_W + l] = norton_radial_return_solve_converged ? (cse_14 * dcse_69) : MC_NAN;
+        if (V & 12) o_j[68 * MC_W + l] = norton_radial_return_solve_converged ? (cse_15 * dcse_69) : MC_NAN;
+        if (V & 12) o_j[69 * MC_W + l] = norton_radial_return_solve_converged ? (cse_16 * dcse_69) : MC_NAN;
+        if (V & 12) o_j[81 * MC_W + l] = norton_radial_return_solve_converged ? (cse_36 + (((real)2.449489742783178) * dcse_77)) : MC_NAN;
+        if (V & 12) o_j[86 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_116 * dcse_207) : MC_NAN;
+        if (V & 12) o_j[87 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_116 * dcse_209) : MC_NAN;
+        if (V & 12) o_j[88 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_116 * dcse_210) : MC_NAN;
+        if (V & 12) o_j[89 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_211 + (((real)2.449489742783178) * dcse_76)) : MC_NAN;
+        if (V & 12) o_j[95 * MC_W + l] = norton_radial_return_solve_converged ? (cse_36 + (((real)2.449489742783178) * dcse_88)) : MC_NAN;
+        if (V & 12) o_j[99 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_120 * dcse_207) : MC_NAN;
+        if (V & 12) o_j[100 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_120 * dcse_209) : MC_NAN;
+        if (V & 12) o_j[101 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_120 * dcse_210) : MC_NAN;
+        if (V & 12) o_j[102 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_211 + (((real)2.449489742783178) * dcse_87)) : MC_NAN;
+        if (V & 12) o_j[107 * MC_W + l] = norton_radial_return_solve_converged ? (cse_36 + (((real)2.449489742783178) * dcse_98)) : MC_NAN;
+        if (V & 12) o_j[110 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_122 * dcse_207) : MC_NAN;
+        if (V & 12) o_j[111 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_122 * dcse_209) : MC_NAN;
+        if (V & 12) o_j[112 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_122 * dcse_210) : MC_NAN;
+        if (V & 12) o_j[113 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_211 + (((real)2.449489742783178) * dcse_97)) : MC_NAN;
+        if (V & 12) o_j[114 * MC_W + l] = norton_radial_return_solve_converged ? (-dcse_146) : MC_NAN;
+        if (V & 12) o_j[115 * MC_W + l] = norton_radial_return_solve_converged ? (-dcse_147) : MC_NAN;
+        if (V & 12) o_j[116 * MC_W + l] = norton_radial_return_solve_converged ? (-dcse_148) : MC_NAN;
+        if (V & 12) o_j[117 * MC_W + l] = norton_radial_return_solve_converged ? (-dcse_151) : MC_NAN;
+        if (V & 12) o_j[118 * MC_W + l] = norton_radial_return_solve_converged ? (-dcse_152) : MC_NAN;
+        if (V & 12) o_j[119 * MC_W + l] = norton_radial_return_solve_converged ? (-dcse_153) : MC_NAN;
+        if (V & 12) o_j[120 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_155 * state_internal_creep_rate) : MC_NAN;
+        if (V & 12) o_j[121 * MC_W + l] = norton_radial_return_solve_converged ? (-dcse_155 * state_internal_creep_rate) : MC_NAN;
+        if (V & 12) o_j[128 * MC_W + l] = norton_radial_return_solve_converged ? ((real)1.0) : MC_NAN;
+        if (V & 12) o_j[129 * MC_W + l] = norton_radial_return_solve_converged ? (-dcse_160) : MC_NAN;
+        if (V & 12) o_j[130 * MC_W + l] = norton_radial_return_solve_converged ? (-dcse_161) : MC_NAN;
+        if (V & 12) o_j[131 * MC_W + l] = norton_radial_return_solve_converged ? (-dcse_162) : MC_NAN;
+        if (V & 12) o_j[132 * MC_W + l] = norton_radial_return_solve_converged ? (-dcse_164) : MC_NAN;
+        if (V & 12) o_j[133 * MC_W + l] = norton_radial_return_solve_converged ? (-dcse_165) : MC_NAN;
+        if (V & 12) o_j[134 * MC_W + l] = norton_radial_return_solve_converged ? (-dcse_166) : MC_NAN;
+        if (V & 12) o_j[136 * MC_W + l] = norton_radial_return_solve_converged ? (-dcse_167) : MC_NAN;
+        if (V & 12) o_j[143 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * dcse_110) : MC_NAN;
+        if (V & 12) o_j[144 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * dcse_103) : MC_NAN;
+        if (V & 12) o_j[145 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_223 * (-dcse_239 - dcse_245)) - (dcse_212 * dcse_233)) : MC_NAN;
+        if (V & 12) o_j[146 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_223 * (-dcse_240 - dcse_246)) - (dcse_212 * dcse_234)) : MC_NAN;
+        if (V & 12) o_j[147 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_223 * (-dcse_241 - dcse_247)) - (dcse_212 * dcse_235)) : MC_NAN;
+        if (V & 12) o_j[148 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_223 * (-dcse_242 - dcse_248)) - (dcse_212 * dcse_236)) : MC_NAN;
+        if (V & 12) o_j[149 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_223 * (-dcse_243 - dcse_249)) - (dcse_212 * dcse_237)) : MC_NAN;
+        if (V & 12) o_j[150 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_223 * (-dcse_244 - dcse_250)) - (dcse_212 * dcse_238)) : MC_NAN;
+        if (V & 12) o_j[151 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * dcse_111) : MC_NAN;
+        if (V & 12) o_j[152 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * dcse_104) : MC_NAN;
+        if (V & 12) o_j[153 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_223 * (-dcse_233 - dcse_245)) - (dcse_212 * dcse_239)) : MC_NAN;
+        if (V & 12) o_j[154 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_223 * (-dcse_234 - dcse_246)) - (dcse_212 * dcse_240)) : MC_NAN;
+        if (V & 12) o_j[155 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_223 * (-dcse_235 - dcse_247)) - (dcse_212 * dcse_241)) : MC_NAN;
+        if (V & 12) o_j[156 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_223 * (-dcse_236 - dcse_248)) - (dcse_212 * dcse_242)) : MC_NAN;
+        if (V & 12) o_j[157 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_223 * (-dcse_237 - dcse_249)) - (dcse_212 * dcse_243)) : MC_NAN;
+        if (V & 12) o_j[158 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_223 * (-dcse_238 - dcse_250)) - (dcse_212 * dcse_244)) : MC_NAN;
+        if (V & 12) o_j[159 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * dcse_112) : MC_NAN;
+        if (V & 12) o_j[160 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * dcse_105) : MC_NAN;
+        if (V & 12) o_j[161 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_223 * (-dcse_233 - dcse_239)) - (dcse_212 * dcse_245)) : MC_NAN;
+        if (V & 12) o_j[162 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_223 * (-dcse_234 - dcse_240)) - (dcse_212 * dcse_246)) : MC_NAN;
+        if (V & 12) o_j[163 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_223 * (-dcse_235 - dcse_241)) - (dcse_212 * dcse_247)) : MC_NAN;
+        if (V & 12) o_j[164 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_223 * (-dcse_236 - dcse_242)) - (dcse_212 * dcse_248)) : MC_NAN;
+        if (V & 12) o_j[165 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_223 * (-dcse_237 - dcse_243)) - (dcse_212 * dcse_249)) : MC_NAN;
+        if (V & 12) o_j[166 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_223 * (-dcse_238 - dcse_244)) - (dcse_212 * dcse_250)) : MC_NAN;
+        if (V & 12) o_j[167 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * dcse_113) : MC_NAN;
+        if (V & 12) o_j[168 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * dcse_106) : MC_NAN;
+        if (V & 12) o_j[169 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * dcse_72) : MC_NAN;
+        if (V & 12) o_j[170 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * dcse_73) : MC_NAN;
+        if (V & 12) o_j[171 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * dcse_74) : MC_NAN;
+        if (V & 12) o_j[172 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * (-dcse_211 + (((real)2.449489742783178) * dcse_77))) : MC_NAN;
+        if (V & 12) o_j[175 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * dcse_114) : MC_NAN;
+        if (V & 12) o_j[176 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * dcse_107) : MC_NAN;
+        if (V & 12) o_j[177 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * dcse_83) : MC_NAN;
+        if (V & 12) o_j[178 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * dcse_84) : MC_NAN;
+        if (V & 12) o_j[179 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * dcse_85) : MC_NAN;
+        if (V & 12) o_j[180 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * (-dcse_211 + (((real)2.449489742783178) * dcse_88))) : MC_NAN;
+        if (V & 12) o_j[182 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * dcse_115) : MC_NAN;
+        if (V & 12) o_j[183 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * dcse_108) : MC_NAN;
+        if (V & 12) o_j[184 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * dcse_93) : MC_NAN;
+        if (V & 12) o_j[185 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * dcse_94) : MC_NAN;
+        if (V & 12) o_j[186 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * dcse_95) : MC_NAN;
+        if (V & 12) o_j[187 * MC_W + l] = norton_radial_return_solve_converged ? (cse_215 * (-dcse_211 + (((real)2.449489742783178) * dcse_98))) : MC_NAN;
+        if (V & 8) o_j[188 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_124 * dcse_126) : MC_NAN;
+        if (V & 8) o_j[189 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_126 * dcse_131) : MC_NAN;
+        if (V & 8) o_j[190 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_125 * dcse_137) : MC_NAN;
+        if (V & 8) o_j[191 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_125 * dcse_142) : MC_NAN;
+        if (V & 8) o_j[192 * MC_W + l] = norton_radial_return_solve_converged ? (cse_30 * dcse_127) : MC_NAN;
+        if (V & 8) o_j[193 * MC_W + l] = norton_radial_return_solve_converged ? (cse_30 * dcse_132) : MC_NAN;
+        if (V & 8) o_j[194 * MC_W + l] = norton_radial_return_solve_converged ? (cse_30 * dcse_138) : MC_NAN;
+        if (V & 8) o_j[195 * MC_W + l] = norton_radial_return_solve_converged ? (cse_30 * dcse_143) : MC_NAN;
+        if (V & 8) o_j[196 * MC_W + l] = norton_radial_return_solve_converged ? (cse_32 * dcse_127) : MC_NAN;
+        if (V & 8) o_j[197 * MC_W + l] = norton_radial_return_solve_converged ? (cse_32 * dcse_132) : MC_NAN;
+        if (V & 8) o_j[198 * MC_W + l] = norton_radial_return_solve_converged ? (cse_32 * dcse_138) : MC_NAN;
+        if (V & 8) o_j[199 * MC_W + l] = norton_radial_return_solve_converged ? (cse_32 * dcse_143) : MC_NAN;
+        if (V & 8) o_j[200 * MC_W + l] = norton_radial_return_solve_converged ? (cse_14 * dcse_127) : MC_NAN;
+        if (V & 8) o_j[201 * MC_W + l] = norton_radial_return_solve_converged ? (cse_14 * dcse_132) : MC_NAN;
+        if (V & 8) o_j[202 * MC_W + l] = norton_radial_return_solve_converged ? (cse_14 * dcse_138) : MC_NAN;
+        if (V & 8) o_j[203 * MC_W + l] = norton_radial_return_solve_converged ? (cse_14 * dcse_143) : MC_NAN;
+        if (V & 8) o_j[204 * MC_W + l] = norton_radial_return_solve_converged ? (cse_15 * dcse_127) : MC_NAN;
+        if (V & 8) o_j[205 * MC_W + l] = norton_radial_return_solve_converged ? (cse_15 * dcse_132) : MC_NAN;
+        if (V & 8) o_j[206 * MC_W + l] = norton_radial_return_solve_converged ? (cse_15 * dcse_138) : MC_NAN;
+        if (V & 8) o_j[207 * MC_W + l] = norton_radial_return_solve_converged ? (cse_15 * dcse_143) : MC_NAN;
+        if (V & 8) o_j[208 * MC_W + l] = norton_radial_return_solve_converged ? (cse_16 * dcse_127) : MC_NAN;
+        if (V & 8) o_j[209 * MC_W + l] = norton_radial_return_solve_converged ? (cse_16 * dcse_132) : MC_NAN;
+        if (V & 8) o_j[210 * MC_W + l] = norton_radial_return_solve_converged ? (cse_16 * dcse_138) : MC_NAN;
+        if (V & 8) o_j[211 * MC_W + l] = norton_radial_return_solve_converged ? (cse_16 * dcse_143) : MC_NAN;
+        if (V & 8) o_j[212 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_156 * dcse_58) : MC_NAN;
+        if (V & 8) o_j[213 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_157 * dcse_58) : MC_NAN;
+        if (V & 8) o_j[214 * MC_W + l] = norton_radial_return_solve_converged ? (nx_0 * (cse_21 + (dcse_133 * dcse_158))) : MC_NAN;
+        if (V & 8) o_j[215 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_139 * (dcse_57 + (dcse_140 * dcse_158))) : MC_NAN;
+        if (V & 8) o_j[216 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_133 * dcse_156) : MC_NAN;
+        if (V & 8) o_j[217 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_133 * dcse_157) : MC_NAN;
+        if (V & 8) o_j[218 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_155 * nx_0) : MC_NAN;
+        if (V & 8) o_j[219 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_139 * (p_A + (cse_21 * dcse_140 * dcse_154))) : MC_NAN;
+        if (V & 8) o_j[220 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_214 * (cse_212 + dcse_193)) + (dcse_195 * dcse_196)) : MC_NAN;
+        if (V & 8) o_j[221 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_230 + (dcse_195 * dcse_201) - (cse_212 * dcse_200)) : MC_NAN;
+        if (V & 8) o_j[222 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_194 * dcse_203) : MC_NAN;
+        if (V & 8) o_j[223 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_194 * dcse_205) : MC_NAN;
+        if (V & 8) o_j[224 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_214 * (cse_225 + dcse_193)) + (cse_30 * dcse_199)) : MC_NAN;
+        if (V & 8) o_j[225 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_230 + (cse_30 * dcse_202) - (cse_225 * dcse_200)) : MC_NAN;
+        if (V & 8) o_j[226 * MC_W + l] = norton_radial_return_solve_converged ? (cse_30 * dcse_204) : MC_NAN;
+        if (V & 8) o_j[227 * MC_W + l] = norton_radial_return_solve_converged ? (cse_30 * dcse_206) : MC_NAN;
+        if (V & 8) o_j[228 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_214 * (cse_226 + dcse_193)) + (cse_32 * dcse_199)) : MC_NAN;
+        if (V & 8) o_j[229 * MC_W + l] = norton_radial_return_solve_converged ? (dcse_230 + (cse_32 * dcse_202) - (cse_226 * dcse_200)) : MC_NAN;
+        if (V & 8) o_j[230 * MC_W + l] = norton_radial_return_solve_converged ? (cse_32 * dcse_204) : MC_NAN;
+        if (V & 8) o_j[231 * MC_W + l] = norton_radial_return_solve_converged ? (cse_32 * dcse_206) : MC_NAN;
+        if (V & 8) o_j[232 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_14 * dcse_199) + (cse_214 * cse_227)) : MC_NAN;
+        if (V & 8) o_j[233 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_14 * dcse_202) - (cse_227 * dcse_200)) : MC_NAN;
+        if (V & 8) o_j[234 * MC_W + l] = norton_radial_return_solve_converged ? (cse_14 * dcse_204) : MC_NAN;
+        if (V & 8) o_j[235 * MC_W + l] = norton_radial_return_solve_converged ? (cse_14 * dcse_206) : MC_NAN;
+        if (V & 8) o_j[236 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_15 * dcse_199) + (cse_214 * cse_228)) : MC_NAN;
+        if (V & 8) o_j[237 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_15 * dcse_202) - (cse_228 * dcse_200)) : MC_NAN;
+        if (V & 8) o_j[238 * MC_W + l] = norton_radial_return_solve_converged ? (cse_15 * dcse_204) : MC_NAN;
+        if (V & 8) o_j[239 * MC_W + l] = norton_radial_return_solve_converged ? (cse_15 * dcse_206) : MC_NAN;
+        if (V & 8) o_j[240 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_16 * dcse_199) + (cse_214 * cse_229)) : MC_NAN;
+        if (V & 8) o_j[241 * MC_W + l] = norton_radial_return_solve_converged ? ((cse_16 * dcse_202) - (cse_229 * dcse_200)) : MC_NAN;
+        if (V & 8) o_j[242 * MC_W + l] = norton_radial_return_solve_converged ? (cse_16 * dcse_204) : MC_NAN;
+        if (V & 8) o_j[243 * MC_W + l] = norton_radial_return_solve_converged ? (cse_16 * dcse_206) : MC_NAN;
         o_c[l] = norton_radial_return_solve_converged;
         o_it[l] = norton_radial_return_solve_iterations;
         o_r[l] = norton_radial_return_solve_residual_norm;
@@ -2523,37 +2220,37 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         {68, 2, 4}, {69, 2, 5}, {70, 2, 6}, {71, 2, 7}, {72, 2, 8}, {73, 2, 9}, {74, 2, 10}, {75, 2, 11},
         {76, 2, 12}, {77, 2, 13}, {78, 3, 0}, {79, 3, 1}, {80, 3, 2}, {81, 3, 3}, {82, 3, 4}, {83, 3, 5},
         {84, 3, 6}, {85, 3, 7}, {86, 3, 8}, {87, 3, 9}, {88, 3, 10}, {89, 3, 11}, {90, 3, 12}, {91, 3, 13},
-        {92, 4, 0}, {93, 4, 1}, {94, 4, 2}, {95, 4, 3}, {96, 4, 4}, {97, 4, 5}, {98, 4, 6}, {99, 4, 7},
-        {100, 4, 8}, {101, 4, 9}, {102, 4, 10}, {103, 4, 11}, {104, 4, 12}, {105, 4, 13}, {106, 5, 0}, {107, 5, 1},
-        {108, 5, 2}, {109, 5, 3}, {110, 5, 4}, {111, 5, 5}, {112, 5, 6}, {113, 5, 7}, {114, 5, 8}, {115, 5, 9},
-        {116, 5, 10}, {117, 5, 11}, {118, 5, 12}, {119, 5, 13}, {120, 6, 0}, {121, 6, 1}, {122, 6, 2}, {123, 6, 3},
-        {124, 6, 4}, {125, 6, 5}, {126, 6, 6}, {127, 6, 7}, {128, 6, 8}, {129, 6, 9}, {130, 6, 10}, {131, 6, 11},
-        {132, 6, 12}, {133, 6, 13}, {134, 6, 14}, {135, 7, 0}, {136, 7, 1}, {137, 7, 2}, {138, 7, 3}, {139, 7, 4},
-        {140, 7, 5}, {141, 7, 6}, {142, 7, 7}, {143, 7, 8}, {144, 7, 9}, {145, 7, 10}, {146, 7, 11}, {147, 7, 12},
-        {148, 7, 13}, {0, 8, 0}, {1, 8, 1}, {2, 8, 2}, {3, 8, 3}, {4, 8, 4}, {5, 8, 5}, {149, 8, 6},
-        {150, 8, 7}, {151, 8, 8}, {152, 8, 9}, {153, 8, 10}, {154, 8, 11}, {155, 8, 12}, {156, 8, 13}, {6, 9, 0},
-        {7, 9, 1}, {8, 9, 2}, {9, 9, 3}, {10, 9, 4}, {11, 9, 5}, {157, 9, 6}, {158, 9, 7}, {159, 9, 8},
-        {160, 9, 9}, {161, 9, 10}, {162, 9, 11}, {163, 9, 12}, {164, 9, 13}, {12, 10, 0}, {13, 10, 1}, {14, 10, 2},
-        {15, 10, 3}, {16, 10, 4}, {17, 10, 5}, {165, 10, 6}, {166, 10, 7}, {167, 10, 8}, {168, 10, 9}, {169, 10, 10},
-        {170, 10, 11}, {171, 10, 12}, {172, 10, 13}, {18, 11, 0}, {19, 11, 1}, {20, 11, 2}, {21, 11, 3}, {22, 11, 4},
-        {23, 11, 5}, {173, 11, 6}, {174, 11, 7}, {175, 11, 8}, {176, 11, 9}, {177, 11, 10}, {178, 11, 11}, {179, 11, 12},
-        {180, 11, 13}, {24, 12, 0}, {25, 12, 1}, {26, 12, 2}, {27, 12, 3}, {28, 12, 4}, {29, 12, 5}, {181, 12, 6},
-        {182, 12, 7}, {183, 12, 8}, {184, 12, 9}, {185, 12, 10}, {186, 12, 11}, {187, 12, 12}, {188, 12, 13}, {30, 13, 0},
-        {31, 13, 1}, {32, 13, 2}, {33, 13, 3}, {34, 13, 4}, {35, 13, 5}, {189, 13, 6}, {190, 13, 7}, {191, 13, 8},
-        {192, 13, 9}, {193, 13, 10}, {194, 13, 11}, {195, 13, 12}, {196, 13, 13}, {197, 0, 15}, {198, 0, 16}, {199, 0, 17},
-        {200, 0, 18}, {201, 1, 15}, {202, 1, 16}, {203, 1, 17}, {204, 1, 18}, {205, 2, 15}, {206, 2, 16}, {207, 2, 17},
-        {208, 2, 18}, {209, 3, 15}, {210, 3, 16}, {211, 3, 17}, {212, 3, 18}, {213, 4, 15}, {214, 4, 16}, {215, 4, 17},
-        {216, 4, 18}, {217, 5, 15}, {218, 5, 16}, {219, 5, 17}, {220, 5, 18}, {221, 6, 15}, {222, 6, 16}, {223, 6, 17},
-        {224, 6, 18}, {225, 7, 15}, {226, 7, 16}, {227, 7, 17}, {228, 7, 18}, {229, 8, 15}, {230, 8, 16}, {231, 8, 17},
-        {232, 8, 18}, {233, 9, 15}, {234, 9, 16}, {235, 9, 17}, {236, 9, 18}, {237, 10, 15}, {238, 10, 16}, {239, 10, 17},
-        {240, 10, 18}, {241, 11, 15}, {242, 11, 16}, {243, 11, 17}, {244, 11, 18}, {245, 12, 15}, {246, 12, 16}, {247, 12, 17},
-        {248, 12, 18}, {249, 13, 15}, {250, 13, 16}, {251, 13, 17}, {252, 13, 18},
+        {92, 4, 0}, {93, 4, 1}, {94, 4, 2}, {82, 4, 3}, {95, 4, 4}, {96, 4, 5}, {97, 4, 6}, {98, 4, 7},
+        {99, 4, 8}, {100, 4, 9}, {101, 4, 10}, {90, 4, 11}, {102, 4, 12}, {103, 4, 13}, {104, 5, 0}, {105, 5, 1},
+        {106, 5, 2}, {83, 5, 3}, {96, 5, 4}, {107, 5, 5}, {108, 5, 6}, {109, 5, 7}, {110, 5, 8}, {111, 5, 9},
+        {112, 5, 10}, {91, 5, 11}, {103, 5, 12}, {113, 5, 13}, {114, 6, 0}, {115, 6, 1}, {116, 6, 2}, {117, 6, 3},
+        {118, 6, 4}, {119, 6, 5}, {120, 6, 6}, {121, 6, 7}, {122, 6, 8}, {123, 6, 9}, {124, 6, 10}, {125, 6, 11},
+        {126, 6, 12}, {127, 6, 13}, {128, 6, 14}, {129, 7, 0}, {130, 7, 1}, {131, 7, 2}, {132, 7, 3}, {133, 7, 4},
+        {134, 7, 5}, {135, 7, 6}, {136, 7, 7}, {137, 7, 8}, {138, 7, 9}, {139, 7, 10}, {140, 7, 11}, {141, 7, 12},
+        {142, 7, 13}, {0, 8, 0}, {1, 8, 1}, {2, 8, 2}, {3, 8, 3}, {4, 8, 4}, {5, 8, 5}, {143, 8, 6},
+        {144, 8, 7}, {145, 8, 8}, {146, 8, 9}, {147, 8, 10}, {148, 8, 11}, {149, 8, 12}, {150, 8, 13}, {6, 9, 0},
+        {7, 9, 1}, {8, 9, 2}, {9, 9, 3}, {10, 9, 4}, {11, 9, 5}, {151, 9, 6}, {152, 9, 7}, {153, 9, 8},
+        {154, 9, 9}, {155, 9, 10}, {156, 9, 11}, {157, 9, 12}, {158, 9, 13}, {12, 10, 0}, {13, 10, 1}, {14, 10, 2},
+        {15, 10, 3}, {16, 10, 4}, {17, 10, 5}, {159, 10, 6}, {160, 10, 7}, {161, 10, 8}, {162, 10, 9}, {163, 10, 10},
+        {164, 10, 11}, {165, 10, 12}, {166, 10, 13}, {18, 11, 0}, {19, 11, 1}, {20, 11, 2}, {21, 11, 3}, {22, 11, 4},
+        {23, 11, 5}, {167, 11, 6}, {168, 11, 7}, {169, 11, 8}, {170, 11, 9}, {171, 11, 10}, {172, 11, 11}, {173, 11, 12},
+        {174, 11, 13}, {24, 12, 0}, {25, 12, 1}, {26, 12, 2}, {22, 12, 3}, {28, 12, 4}, {29, 12, 5}, {175, 12, 6},
+        {176, 12, 7}, {177, 12, 8}, {178, 12, 9}, {179, 12, 10}, {173, 12, 11}, {180, 12, 12}, {181, 12, 13}, {30, 13, 0},
+        {31, 13, 1}, {32, 13, 2}, {23, 13, 3}, {29, 13, 4}, {35, 13, 5}, {182, 13, 6}, {183, 13, 7}, {184, 13, 8},
+        {185, 13, 9}, {186, 13, 10}, {174, 13, 11}, {181, 13, 12}, {187, 13, 13}, {188, 0, 15}, {189, 0, 16}, {190, 0, 17},
+        {191, 0, 18}, {192, 1, 15}, {193, 1, 16}, {194, 1, 17}, {195, 1, 18}, {196, 2, 15}, {197, 2, 16}, {198, 2, 17},
+        {199, 2, 18}, {200, 3, 15}, {201, 3, 16}, {202, 3, 17}, {203, 3, 18}, {204, 4, 15}, {205, 4, 16}, {206, 4, 17},
+        {207, 4, 18}, {208, 5, 15}, {209, 5, 16}, {210, 5, 17}, {211, 5, 18}, {212, 6, 15}, {213, 6, 16}, {214, 6, 17},
+        {215, 6, 18}, {216, 7, 15}, {217, 7, 16}, {218, 7, 17}, {219, 7, 18}, {220, 8, 15}, {221, 8, 16}, {222, 8, 17},
+        {223, 8, 18}, {224, 9, 15}, {225, 9, 16}, {226, 9, 17}, {227, 9, 18}, {228, 10, 15}, {229, 10, 16}, {230, 10, 17},
+        {231, 10, 18}, {232, 11, 15}, {233, 11, 16}, {234, 11, 17}, {235, 11, 18}, {236, 12, 15}, {237, 12, 16}, {238, 12, 17},
+        {239, 12, 18}, {240, 13, 15}, {241, 13, 16}, {242, 13, 17}, {243, 13, 18},
     };
     int mc_bad = 0;
     MC_LANES mc_bad |= mc_z[l] != mc_z[l];
     if (mc_bad) {
         for (int k = 0; k < 14 * MC_W; ++k) o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];
-        for (int k = 0; k < (V == 2 ? 36 : V == 4 ? 197 : V == 8 ? 253 : 0) * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
+        for (int k = 0; k < (V == 2 ? 36 : V == 4 ? 188 : V == 8 ? 244 : 0) * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
         MC_LANES o_c[l] = mc_z[l] != mc_z[l] ? 0 : o_c[l];
     }
     mc_store(a->y + i0 * a->ys, a->ys, o_y, 14, nl, a->flags & MC_STREAM);

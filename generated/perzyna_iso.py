@@ -209,472 +209,269 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     state_S_4 = (cse_233 * cse_246)
     state_S_5 = (cse_233 * cse_247)
     if V & 14:  # tangent, jacobian, total
-        cse_42 = (0.6666666666666666 * cse_33)
-        cse_43 = (p_n * nx_1)
-        cse_44 = (cse_21 * cse_43)
-        cse_45 = (cse_31 * cse_44)
-        cse_46 = (cse_20 * cse_45)
-        cse_47 = (cse_26 + cse_28 - (1.3333333333333333 * cse_0))
-        cse_48 = (cse_21 * nx_0)
-        cse_49 = (2.0 * cse_30)
-        cse_50 = _sdiv(1.0, cse_49)
-        cse_51 = (torch.where(nx_0 == 0.0, 0.0, cse_50) * torch.where(nx_0 == 0.0, 0.0, _sdiv(1.0, (cse_30 * cse_30))))
-        cse_52 = (cse_48 * cse_51)
-        cse_53 = (cse_20 * cse_52)
-        cse_55 = (0.3333333333333333 * cse_33)
-        cse_56 = (cse_17 + cse_28 - (1.3333333333333333 * cse_1))
-        cse_58 = (cse_17 + cse_26 - (1.3333333333333333 * cse_2))
-        cse_60 = (2.0 * cse_48)
-        cse_61 = (cse_51 * cse_60)
-        cse_62 = (cse_20 * cse_61)
-        cse_63 = (cse_14 * cse_62)
-        cse_65 = (cse_15 * cse_62)
-        cse_67 = (cse_16 * cse_62)
-        cse_69 = (cse_27 * cse_45)
-        cse_70 = (cse_27 * cse_52)
-        cse_74 = (cse_27 * cse_61)
-        cse_75 = (cse_14 * cse_74)
-        cse_77 = (cse_15 * cse_74)
-        cse_79 = (cse_16 * cse_74)
-        cse_81 = (cse_29 * cse_45)
-        cse_82 = (cse_29 * cse_52)
-        cse_86 = (cse_29 * cse_61)
-        cse_87 = (cse_14 * cse_86)
-        cse_89 = (cse_15 * cse_86)
-        cse_91 = (cse_16 * cse_86)
-        cse_93 = (cse_14 * cse_45)
-        cse_94 = (cse_14 * cse_52)
-        cse_98 = (cse_22 * cse_61)
-        cse_100 = (cse_14 * cse_61)
-        cse_101 = (cse_100 * cse_15)
-        cse_103 = (cse_100 * cse_16)
-        cse_105 = (cse_15 * cse_45)
-        cse_106 = (cse_15 * cse_52)
-        cse_111 = (cse_23 * cse_61)
-        cse_113 = (cse_15 * cse_16 * cse_61)
-        cse_115 = (cse_16 * cse_45)
-        cse_116 = (cse_16 * cse_52)
-        cse_122 = (cse_24 * cse_61)
-        cse_248 = (-cse_233)
-        cse_249 = (cse_233 + cse_241)
-        cse_250 = (-cse_233)
-        cse_276 = (2.0 + cse_237)
-        cse_277 = (1.0 / cse_276)
-        cse_278 = (p_E * cse_277)
-        cse_279 = (2.0 * cse_278)
-        cse_280 = (cse_279 + (0.6666666666666666 * p_K))
-        cse_281 = _heaviside(((cse_278 * cse_49) - (0.816496580927726 * (p_sigma_y + (p_K * old_state_internal_ep)))))
-        cse_282 = (cse_281 * cse_50)
-        cse_283 = (cse_279 * cse_282)
-        cse_284 = (4.0 * cse_278 * cse_282)
-        cse_285 = (cse_14 * cse_284)
-        cse_286 = (cse_15 * cse_284)
-        cse_287 = (cse_16 * cse_284)
-        # linear solve 1: 1x1, 6 right-hand side(s), unrolled over structural nonzeros
-        ls1_1 = (-p_eta - (cse_280 * cse_44))
-        ls1_2 = (1.0 / ls1_1)
-        ls1_3 = (-cse_283 * cse_47)
-        ls1_4 = (-cse_283 * cse_56)
-        ls1_5 = (-cse_283 * cse_58)
-        ls1_6 = (-cse_285)
-        ls1_7 = (-cse_286)
-        ls1_8 = (-cse_287)
-        ls1_9 = (ls1_3 * ls1_2)
-        ls1_10 = (ls1_4 * ls1_2)
-        ls1_11 = (ls1_5 * ls1_2)
-        ls1_12 = (ls1_6 * ls1_2)
-        ls1_13 = (ls1_7 * ls1_2)
-        ls1_14 = (ls1_8 * ls1_2)
-        d1 = ls1_9
-        d2 = ls1_10
-        d3 = ls1_11
-        d4 = ls1_12
-        d5 = ls1_13
-        d6 = ls1_14
-        d7 = (cse_42 + (cse_46 * d1) - (cse_47 * cse_53))
-        d8 = (-cse_55 + (cse_46 * d2) - (cse_53 * cse_56))
-        d9 = (-cse_55 + (cse_46 * d3) - (cse_53 * cse_58))
-        d10 = (-cse_63 + (cse_46 * d4))
-        d11 = (-cse_65 + (cse_46 * d5))
-        d12 = (-cse_67 + (cse_46 * d6))
-        d13 = (-cse_55 + (cse_69 * d1) - (cse_47 * cse_70))
-        d14 = (cse_42 + (cse_69 * d2) - (cse_56 * cse_70))
-        d15 = (-cse_55 + (cse_69 * d3) - (cse_58 * cse_70))
-        d16 = (-cse_75 + (cse_69 * d4))
-        d17 = (-cse_77 + (cse_69 * d5))
-        d18 = (-cse_79 + (cse_69 * d6))
-        d19 = (-cse_55 + (cse_81 * d1) - (cse_47 * cse_82))
-        d20 = (-cse_55 + (cse_81 * d2) - (cse_56 * cse_82))
-        d21 = (cse_42 + (cse_81 * d3) - (cse_58 * cse_82))
-        d22 = (-cse_87 + (cse_81 * d4))
-        d23 = (-cse_89 + (cse_81 * d5))
-        d24 = (-cse_91 + (cse_81 * d6))
-        d25 = ((cse_93 * d1) - (cse_47 * cse_94))
-        d26 = ((cse_93 * d2) - (cse_56 * cse_94))
-        d27 = ((cse_93 * d3) - (cse_58 * cse_94))
-        d28 = (cse_33 - cse_98 + (cse_93 * d4))
-        d29 = (-cse_101 + (cse_93 * d5))
-        d30 = (-cse_103 + (cse_93 * d6))
-        d31 = ((cse_105 * d1) - (cse_106 * cse_47))
-        d32 = ((cse_105 * d2) - (cse_106 * cse_56))
-        d33 = ((cse_105 * d3) - (cse_106 * cse_58))
-        d34 = (-cse_101 + (cse_105 * d4))
-        d35 = (cse_33 - cse_111 + (cse_105 * d5))
-        d36 = (-cse_113 + (cse_105 * d6))
-        d37 = ((cse_115 * d1) - (cse_116 * cse_47))
-        d38 = ((cse_115 * d2) - (cse_116 * cse_56))
-        d39 = ((cse_115 * d3) - (cse_116 * cse_58))
-        d40 = (-cse_103 + (cse_115 * d4))
-        d41 = (-cse_113 + (cse_115 * d5))
-        d42 = (cse_33 - cse_122 + (cse_115 * d6))
-        d43 = (cse_249 + (cse_248 * d7))
-        d44 = (cse_241 + (cse_248 * d8))
-        d45 = (cse_241 + (cse_248 * d9))
-        d46 = (cse_248 * d10)
-        d47 = (cse_248 * d11)
-        d48 = (cse_248 * d12)
-        d49 = (cse_241 + (cse_248 * d13))
-        d50 = (cse_249 + (cse_248 * d14))
-        d51 = (cse_241 + (cse_248 * d15))
-        d52 = (cse_248 * d16)
-        d53 = (cse_248 * d17)
-        d54 = (cse_248 * d18)
-        d55 = (cse_241 + (cse_248 * d19))
-        d56 = (cse_241 + (cse_248 * d20))
-        d57 = (cse_249 + (cse_248 * d21))
-        d58 = (cse_248 * d22)
-        d59 = (cse_248 * d23)
-        d60 = (cse_248 * d24)
-        d61 = (cse_250 * d25)
-        d62 = (cse_250 * d26)
-        d63 = (cse_250 * d27)
-        d64 = (cse_233 + (cse_250 * d28))
-        d65 = (cse_250 * d29)
-        d66 = (cse_250 * d30)
-        d67 = (cse_250 * d31)
-        d68 = (cse_250 * d32)
-        d69 = (cse_250 * d33)
-        d70 = (cse_250 * d34)
-        d71 = (cse_233 + (cse_250 * d35))
-        d72 = (cse_250 * d36)
-        d73 = (cse_250 * d37)
-        d74 = (cse_250 * d38)
-        d75 = (cse_250 * d39)
-        d76 = (cse_250 * d40)
-        d77 = (cse_250 * d41)
-        d78 = (cse_233 + (cse_250 * d42))
+        dcse_292 = (cse_21 * cse_233)
+        dcse_293 = (cse_20 * dcse_292)
+        dcse_305 = (p_n * nx_1)
+        dcse_317 = (2.0 * cse_30)
+        dcse_320 = _sdiv(1.0, dcse_317)
+        dcse_321 = (2.0 + cse_237)
+        dcse_325 = (1.0 / dcse_321)
+        dcse_304 = (p_E * dcse_325)
+        dcse_326 = _heaviside(((dcse_304 * dcse_317) - (0.816496580927726 * (p_sigma_y + (p_K * old_state_internal_ep)))))
+        dcse_318 = (2.0 * dcse_304)
+        dcse_327 = (dcse_318 + (0.6666666666666666 * p_K))
+        dcse_328 = (1.0 / (-p_eta - (cse_21 * dcse_305 * dcse_327)))
+        dcse_306 = (cse_31 * dcse_305 * dcse_320 * dcse_326 * dcse_328)
+        dcse_308 = (nx_0 * torch.where(nx_0 == 0.0, 0.0, dcse_320) * torch.where(nx_0 == 0.0, 0.0, _sdiv(1.0, (cse_30 * cse_30))))
+        dcse_329 = (dcse_308 + (dcse_306 * dcse_318))
+        dcse_294 = (dcse_293 * dcse_329)
+        dcse_307 = (4.0 * dcse_304 * dcse_306)
+        dcse_309 = (2.0 * dcse_308)
+        dcse_330 = (dcse_307 + dcse_309)
+        dcse_295 = (dcse_293 * dcse_330)
+        dcse_296 = (cse_27 * dcse_292)
+        dcse_297 = (dcse_296 * dcse_329)
+        dcse_298 = (dcse_296 * dcse_330)
+        dcse_299 = (cse_29 * dcse_292)
+        dcse_300 = (dcse_299 * dcse_329)
+        dcse_301 = (dcse_299 * dcse_330)
+        dcse_302 = (cse_14 * dcse_292)
+        dcse_303 = (dcse_302 * dcse_329)
+        dcse_310 = (dcse_302 * dcse_330)
+        dcse_311 = (cse_15 * dcse_310)
+        dcse_312 = (cse_16 * dcse_310)
+        dcse_313 = (cse_15 * dcse_292)
+        dcse_314 = (dcse_313 * dcse_329)
+        dcse_315 = (cse_16 * dcse_313 * dcse_330)
+        dcse_316 = (cse_16 * dcse_292 * dcse_329)
+        dcse_319 = (cse_233 * cse_33)
+        dcse_322 = (cse_26 + cse_28 - (1.3333333333333333 * cse_0))
+        dcse_323 = (cse_17 + cse_28 - (1.3333333333333333 * cse_1))
+        dcse_324 = (cse_17 + cse_26 - (1.3333333333333333 * cse_2))
+        dcse_331 = (1.0 - cse_33)
+        dcse_332 = (cse_233 + cse_241)
+        dcse_333 = (dcse_332 - (0.6666666666666666 * dcse_319))
+        dcse_334 = (cse_241 + (0.3333333333333333 * dcse_319))
     if V & 12:  # jacobian, total
-        cse_124 = (cse_20 * cse_32)
-        cse_126 = (cse_27 * cse_32)
-        cse_128 = (cse_29 * cse_32)
-        cse_130 = (cse_14 * cse_32)
-        cse_132 = (cse_15 * cse_32)
-        cse_134 = (cse_16 * cse_32)
-        cse_142 = (-cse_47)
-        cse_143 = (1.0 - cse_42)
-        cse_145 = (-cse_56)
-        cse_147 = (-cse_58)
-        cse_167 = (1.0 - cse_33)
-        cse_228 = (0.816496580927726 * cse_44)
-        cse_251 = (-cse_241)
-        cse_254 = (-cse_249)
-        cse_288 = (cse_280 * nx_0)
-        cse_289 = (0.816496580927726 * cse_281)
-        # linear solve 2: 1x1, 9 right-hand side(s), unrolled over structural nonzeros
-        ls2_1 = (-p_eta - (cse_280 * cse_44))
-        ls2_2 = (1.0 / ls2_1)
-        ls2_3 = (-cse_288)
-        ls2_4 = (-cse_142 * cse_283)
-        ls2_5 = (-cse_145 * cse_283)
-        ls2_6 = (-cse_147 * cse_283)
-        ls2_7 = (p_K * cse_289)
-        ls2_8 = (cse_288 * ls2_2)
-        ls2_9 = (ls2_3 * ls2_2)
-        ls2_10 = (ls2_4 * ls2_2)
-        ls2_11 = (ls2_5 * ls2_2)
-        ls2_12 = (ls2_6 * ls2_2)
-        ls2_13 = (cse_285 * ls2_2)
-        ls2_14 = (cse_286 * ls2_2)
-        ls2_15 = (cse_287 * ls2_2)
-        ls2_16 = (ls2_7 * ls2_2)
-        d79 = ls2_8
-        d80 = ls2_9
-        d81 = ls2_10
-        d82 = ls2_11
-        d83 = ls2_12
-        d84 = ls2_13
-        d85 = ls2_14
-        d86 = ls2_15
-        d87 = ls2_16
-        d88 = (cse_124 + (cse_46 * d79))
-        d89 = (cse_126 + (cse_69 * d79))
-        d90 = (cse_128 + (cse_81 * d79))
-        d91 = (cse_130 + (cse_93 * d79))
-        d92 = (cse_132 + (cse_105 * d79))
-        d93 = (cse_134 + (cse_115 * d79))
-        d94 = (-cse_124 + (cse_46 * d80))
-        d95 = (-cse_126 + (cse_69 * d80))
-        d96 = (-cse_128 + (cse_81 * d80))
-        d97 = (-cse_130 + (cse_93 * d80))
-        d98 = (-cse_132 + (cse_105 * d80))
-        d99 = (-cse_134 + (cse_115 * d80))
-        d100 = (cse_143 + (cse_46 * d81) - (cse_142 * cse_53))
-        d101 = (cse_55 + (cse_46 * d82) - (cse_145 * cse_53))
-        d102 = (cse_55 + (cse_46 * d83) - (cse_147 * cse_53))
-        d103 = (cse_63 + (cse_46 * d84))
-        d104 = (cse_65 + (cse_46 * d85))
-        d105 = (cse_67 + (cse_46 * d86))
-        d106 = (cse_55 + (cse_69 * d81) - (cse_142 * cse_70))
-        d107 = (cse_143 + (cse_69 * d82) - (cse_145 * cse_70))
-        d108 = (cse_55 + (cse_69 * d83) - (cse_147 * cse_70))
-        d109 = (cse_75 + (cse_69 * d84))
-        d110 = (cse_77 + (cse_69 * d85))
-        d111 = (cse_79 + (cse_69 * d86))
-        d112 = (cse_55 + (cse_81 * d81) - (cse_142 * cse_82))
-        d113 = (cse_55 + (cse_81 * d82) - (cse_145 * cse_82))
-        d114 = (cse_143 + (cse_81 * d83) - (cse_147 * cse_82))
-        d115 = (cse_87 + (cse_81 * d84))
-        d116 = (cse_89 + (cse_81 * d85))
-        d117 = (cse_91 + (cse_81 * d86))
-        d118 = ((cse_93 * d81) - (cse_142 * cse_94))
-        d119 = ((cse_93 * d82) - (cse_145 * cse_94))
-        d120 = ((cse_93 * d83) - (cse_147 * cse_94))
-        d121 = (cse_167 + cse_98 + (cse_93 * d84))
-        d122 = (cse_101 + (cse_93 * d85))
-        d123 = (cse_103 + (cse_93 * d86))
-        d124 = ((cse_105 * d81) - (cse_106 * cse_142))
-        d125 = ((cse_105 * d82) - (cse_106 * cse_145))
-        d126 = ((cse_105 * d83) - (cse_106 * cse_147))
-        d127 = (cse_101 + (cse_105 * d84))
-        d128 = (cse_111 + cse_167 + (cse_105 * d85))
-        d129 = (cse_113 + (cse_105 * d86))
-        d130 = ((cse_115 * d81) - (cse_116 * cse_142))
-        d131 = ((cse_115 * d82) - (cse_116 * cse_145))
-        d132 = ((cse_115 * d83) - (cse_116 * cse_147))
-        d133 = (cse_103 + (cse_115 * d84))
-        d134 = (cse_113 + (cse_115 * d85))
-        d135 = (cse_122 + cse_167 + (cse_115 * d86))
-        d136 = (cse_46 * d87)
-        d137 = (cse_69 * d87)
-        d138 = (cse_81 * d87)
-        d139 = (cse_93 * d87)
-        d140 = (cse_105 * d87)
-        d141 = (cse_115 * d87)
-        cse_252 = (cse_251 * d106)
-        cse_253 = (cse_251 * d112)
-        cse_255 = (cse_251 * d113)
-        cse_256 = (cse_251 * d107)
-        cse_257 = (cse_251 * d108)
-        cse_258 = (cse_251 * d114)
-        cse_259 = (cse_251 * d109)
-        cse_260 = (cse_251 * d115)
-        cse_261 = (cse_251 * d110)
-        cse_262 = (cse_251 * d116)
-        cse_263 = (cse_251 * d111)
-        cse_264 = (cse_251 * d117)
-        cse_265 = (cse_251 * d100)
-        cse_266 = (cse_251 * d101)
-        cse_267 = (cse_251 * d102)
-        cse_268 = (cse_251 * d103)
-        cse_269 = (cse_251 * d104)
-        cse_270 = (cse_251 * d105)
-        d142 = (cse_228 * d1)
-        d143 = (cse_228 * d2)
-        d144 = (cse_228 * d3)
-        d145 = (cse_228 * d4)
-        d146 = (cse_228 * d5)
-        d147 = (cse_228 * d6)
-        d148 = (cse_41 + (cse_228 * d79))
-        d149 = (-cse_41 + (cse_228 * d80))
-        d150 = (cse_228 * d81)
-        d151 = (cse_228 * d82)
-        d152 = (cse_228 * d83)
-        d153 = (cse_228 * d84)
-        d154 = (cse_228 * d85)
-        d155 = (cse_228 * d86)
-        d156 = (1.0 + (cse_228 * d87))
-        d157 = (cse_43 * d1)
-        d158 = (cse_43 * d2)
-        d159 = (cse_43 * d3)
-        d160 = (cse_43 * d4)
-        d161 = (cse_43 * d5)
-        d162 = (cse_43 * d6)
-        d163 = (cse_43 * d79)
-        d164 = (cse_43 * d80)
-        d165 = (cse_43 * d81)
-        d166 = (cse_43 * d82)
-        d167 = (cse_43 * d83)
-        d168 = (cse_43 * d84)
-        d169 = (cse_43 * d85)
-        d170 = (cse_43 * d86)
-        d171 = (cse_43 * d87)
-        d172 = (cse_248 * d88)
-        d173 = (cse_248 * d89)
-        d174 = (cse_248 * d90)
-        d175 = (cse_250 * d91)
-        d176 = (cse_250 * d92)
-        d177 = (cse_250 * d93)
-        d178 = (cse_248 * d94)
-        d179 = (cse_248 * d95)
-        d180 = (cse_248 * d96)
-        d181 = (cse_250 * d97)
-        d182 = (cse_250 * d98)
-        d183 = (cse_250 * d99)
-        d184 = (cse_252 + cse_253 + (cse_254 * d100))
-        d185 = (cse_255 + cse_256 + (cse_254 * d101))
-        d186 = (cse_257 + cse_258 + (cse_254 * d102))
-        d187 = (cse_259 + cse_260 + (cse_254 * d103))
-        d188 = (cse_261 + cse_262 + (cse_254 * d104))
-        d189 = (cse_263 + cse_264 + (cse_254 * d105))
-        d190 = (cse_253 + cse_265 + (cse_254 * d106))
-        d191 = (cse_255 + cse_266 + (cse_254 * d107))
-        d192 = (cse_258 + cse_267 + (cse_254 * d108))
-        d193 = (cse_260 + cse_268 + (cse_254 * d109))
-        d194 = (cse_262 + cse_269 + (cse_254 * d110))
-        d195 = (cse_264 + cse_270 + (cse_254 * d111))
-        d196 = (cse_252 + cse_265 + (cse_254 * d112))
-        d197 = (cse_256 + cse_266 + (cse_254 * d113))
-        d198 = (cse_257 + cse_267 + (cse_254 * d114))
-        d199 = (cse_259 + cse_268 + (cse_254 * d115))
-        d200 = (cse_261 + cse_269 + (cse_254 * d116))
-        d201 = (cse_263 + cse_270 + (cse_254 * d117))
-        d202 = (cse_250 * d118)
-        d203 = (cse_250 * d119)
-        d204 = (cse_250 * d120)
-        d205 = (cse_250 * d121)
-        d206 = (cse_250 * d122)
-        d207 = (cse_250 * d123)
-        d208 = (cse_250 * d124)
-        d209 = (cse_250 * d125)
-        d210 = (cse_250 * d126)
-        d211 = (cse_250 * d127)
-        d212 = (cse_250 * d128)
-        d213 = (cse_250 * d129)
-        d214 = (cse_250 * d130)
-        d215 = (cse_250 * d131)
-        d216 = (cse_250 * d132)
-        d217 = (cse_250 * d133)
-        d218 = (cse_250 * d134)
-        d219 = (cse_250 * d135)
-        d220 = (cse_248 * d136)
-        d221 = (cse_248 * d137)
-        d222 = (cse_248 * d138)
-        d223 = (cse_250 * d139)
-        d224 = (cse_250 * d140)
-        d225 = (cse_250 * d141)
+        dcse_45 = (0.6666666666666666 * cse_33)
+        dcse_146 = (2.0 * cse_30)
+        dcse_236 = _sdiv(1.0, dcse_146)
+        dcse_46 = (cse_31 * dcse_236)
+        dcse_47 = (2.0 * p_E)
+        dcse_242 = (2.0 + cse_237)
+        dcse_262 = (1.0 / dcse_242)
+        dcse_48 = (dcse_262 * dcse_47)
+        dcse_49 = (p_n * nx_1)
+        dcse_245 = (cse_21 * dcse_49)
+        dcse_183 = (0.6666666666666666 * p_K)
+        dcse_263 = (dcse_183 + dcse_48)
+        dcse_265 = (1.0 / (-p_eta - (dcse_245 * dcse_263)))
+        dcse_50 = (dcse_265 * dcse_49)
+        dcse_243 = (p_E * dcse_146)
+        dcse_244 = (-0.816496580927726 * (p_sigma_y + (p_K * old_state_internal_ep)))
+        dcse_264 = _heaviside((dcse_244 + (dcse_243 * dcse_262)))
+        dcse_51 = (dcse_264 * dcse_50)
+        dcse_52 = (dcse_48 * dcse_51)
+        dcse_53 = (dcse_46 * dcse_52)
+        dcse_54 = (nx_0 * torch.where(nx_0 == 0.0, 0.0, _sdiv(1.0, (cse_30 * cse_30))))
+        dcse_55 = (dcse_54 * torch.where(nx_0 == 0.0, 0.0, dcse_236))
+        dcse_56 = (dcse_53 + dcse_55)
+        dcse_57 = (-dcse_56)
+        dcse_58 = (cse_20 * cse_21)
+        dcse_59 = (dcse_57 * dcse_58)
+        dcse_60 = (0.3333333333333333 * cse_33)
+        dcse_61 = (-dcse_60)
+        dcse_62 = (dcse_262 * dcse_50)
+        dcse_63 = (4.0 * p_E)
+        dcse_64 = (dcse_264 * dcse_62 * dcse_63)
+        dcse_65 = (dcse_46 * dcse_64)
+        dcse_66 = (2.0 * dcse_55)
+        dcse_67 = (dcse_65 + dcse_66)
+        dcse_68 = (-dcse_67)
+        dcse_69 = (dcse_58 * dcse_68)
+        dcse_70 = (cse_21 * cse_27)
+        dcse_71 = (dcse_57 * dcse_70)
+        dcse_72 = (dcse_68 * dcse_70)
+        dcse_73 = (cse_21 * cse_29)
+        dcse_74 = (dcse_57 * dcse_73)
+        dcse_75 = (dcse_68 * dcse_73)
+        dcse_76 = (cse_14 * cse_21)
+        dcse_77 = (dcse_57 * dcse_76)
+        dcse_235 = (cse_26 + cse_28 - (1.3333333333333333 * cse_0))
+        dcse_78 = (dcse_235 * dcse_77)
+        dcse_237 = (cse_17 + cse_28 - (1.3333333333333333 * cse_1))
+        dcse_79 = (dcse_237 * dcse_77)
+        dcse_238 = (cse_17 + cse_26 - (1.3333333333333333 * cse_2))
+        dcse_80 = (dcse_238 * dcse_77)
+        dcse_81 = (cse_14 * cse_14)
+        dcse_82 = ((cse_22 * dcse_66) + (dcse_65 * dcse_81))
+        dcse_83 = (-dcse_82)
+        dcse_84 = (dcse_68 * dcse_76)
+        dcse_85 = (cse_15 * dcse_84)
+        dcse_86 = (cse_16 * dcse_84)
+        dcse_87 = (cse_15 * cse_21)
+        dcse_88 = (dcse_57 * dcse_87)
+        dcse_89 = (dcse_235 * dcse_88)
+        dcse_90 = (dcse_237 * dcse_88)
+        dcse_91 = (dcse_238 * dcse_88)
+        dcse_92 = (cse_15 * cse_15)
+        dcse_93 = ((cse_23 * dcse_66) + (dcse_65 * dcse_92))
+        dcse_94 = (-dcse_93)
+        dcse_95 = (cse_16 * dcse_87)
+        dcse_96 = (dcse_68 * dcse_95)
+        dcse_97 = (cse_16 * cse_21)
+        dcse_98 = (dcse_57 * dcse_97)
+        dcse_99 = (dcse_235 * dcse_98)
+        dcse_100 = (dcse_237 * dcse_98)
+        dcse_101 = (dcse_238 * dcse_98)
+        dcse_102 = (cse_16 * cse_16)
+        dcse_103 = ((cse_24 * dcse_66) + (dcse_102 * dcse_65))
+        dcse_104 = (-dcse_103)
+        dcse_105 = (cse_21 * nx_0)
+        dcse_106 = (dcse_263 * dcse_50)
+        dcse_107 = (cse_32 + (cse_31 * dcse_105 * dcse_106))
+        dcse_108 = (cse_20 * dcse_107)
+        dcse_109 = (cse_27 * dcse_107)
+        dcse_110 = (cse_29 * dcse_107)
+        dcse_111 = (cse_14 * dcse_107)
+        dcse_112 = (cse_15 * dcse_107)
+        dcse_113 = (cse_16 * dcse_107)
+        dcse_114 = (-dcse_107)
+        dcse_115 = (cse_20 * dcse_114)
+        dcse_116 = (cse_27 * dcse_114)
+        dcse_117 = (cse_29 * dcse_114)
+        dcse_118 = (cse_14 * dcse_114)
+        dcse_119 = (cse_15 * dcse_114)
+        dcse_120 = (cse_16 * dcse_114)
+        dcse_121 = (dcse_56 * dcse_76)
+        dcse_122 = (dcse_67 * dcse_76)
+        dcse_123 = (cse_15 * dcse_122)
+        dcse_124 = (cse_16 * dcse_122)
+        dcse_125 = (dcse_56 * dcse_87)
+        dcse_126 = (dcse_67 * dcse_95)
+        dcse_127 = (dcse_56 * dcse_97)
+        dcse_128 = (cse_20 * cse_31)
+        dcse_130 = (0.3333333333333333 * cse_21)
+        dcse_131 = (2.449489742783178 * dcse_130)
+        dcse_132 = (dcse_131 * dcse_51)
+        dcse_133 = (dcse_128 * dcse_132)
+        dcse_134 = (cse_27 * cse_31)
+        dcse_135 = (dcse_132 * dcse_134)
+        dcse_136 = (p_K * dcse_135)
+        dcse_137 = (cse_31 * dcse_132)
+        dcse_138 = (cse_29 * dcse_137)
+        dcse_139 = (p_K * dcse_138)
+        dcse_140 = (cse_14 * dcse_137)
+        dcse_141 = (p_K * dcse_140)
+        dcse_142 = (cse_15 * dcse_137)
+        dcse_143 = (p_K * dcse_142)
+        dcse_144 = (cse_16 * dcse_137)
+        dcse_145 = (p_K * dcse_144)
+        dcse_170 = (0.6666666666666666 * cse_21)
+        dcse_171 = (2.449489742783178 * dcse_62)
+        dcse_172 = (p_E * dcse_171 * dcse_236 * dcse_264)
+        dcse_173 = (dcse_170 * dcse_172)
+        dcse_174 = (dcse_173 * dcse_235)
+        dcse_175 = (dcse_173 * dcse_237)
+        dcse_176 = (dcse_173 * dcse_238)
+        dcse_177 = (1.3333333333333333 * dcse_172)
+        dcse_178 = (dcse_177 * dcse_76)
+        dcse_179 = (dcse_177 * dcse_87)
+        dcse_180 = (dcse_177 * dcse_97)
+        dcse_181 = (dcse_106 * nx_0)
+        dcse_182 = (cse_41 + (dcse_131 * dcse_181))
+        dcse_184 = (dcse_236 * dcse_52)
+        dcse_185 = (dcse_184 * dcse_235)
+        dcse_186 = (dcse_184 * dcse_237)
+        dcse_187 = (dcse_184 * dcse_238)
+        dcse_188 = (dcse_236 * dcse_64)
+        dcse_189 = (cse_14 * dcse_188)
+        dcse_190 = (cse_15 * dcse_188)
+        dcse_191 = (cse_16 * dcse_188)
+        dcse_193 = (0.816496580927726 * dcse_51)
+        dcse_216 = (cse_233 * dcse_85)
+        dcse_217 = (cse_233 * dcse_86)
+        dcse_218 = (cse_233 * dcse_96)
+        dcse_219 = (cse_20 * cse_233)
+        dcse_220 = (cse_31 * dcse_219)
+        dcse_221 = (dcse_132 * dcse_220)
+        dcse_239 = (1.0 - cse_33)
+        dcse_240 = (cse_233 + cse_241)
+        dcse_246 = (dcse_53 * dcse_58)
+        dcse_247 = (dcse_55 * dcse_58)
+        dcse_248 = (dcse_58 * dcse_65)
+        dcse_249 = (dcse_58 * dcse_66)
+        dcse_250 = (dcse_53 * dcse_70)
+        dcse_251 = (dcse_55 * dcse_70)
+        dcse_252 = (dcse_65 * dcse_70)
+        dcse_253 = (dcse_66 * dcse_70)
+        dcse_254 = (dcse_53 * dcse_73)
+        dcse_255 = (dcse_55 * dcse_73)
+        dcse_256 = (dcse_65 * dcse_73)
+        dcse_257 = (dcse_66 * dcse_73)
+        dcse_259 = (1.0 - dcse_45)
+        dcse_266 = (dcse_259 + (dcse_235 * dcse_246) + (dcse_235 * dcse_247))
+        dcse_267 = (dcse_60 + (dcse_237 * dcse_246) + (dcse_237 * dcse_247))
+        dcse_268 = (dcse_60 + (dcse_238 * dcse_246) + (dcse_238 * dcse_247))
+        dcse_269 = ((cse_14 * dcse_248) + (cse_14 * dcse_249))
+        dcse_270 = ((cse_15 * dcse_248) + (cse_15 * dcse_249))
+        dcse_271 = ((cse_16 * dcse_248) + (cse_16 * dcse_249))
+        dcse_272 = (dcse_60 + (dcse_235 * dcse_250) + (dcse_235 * dcse_251))
+        dcse_273 = (dcse_259 + (dcse_237 * dcse_250) + (dcse_237 * dcse_251))
+        dcse_274 = (dcse_60 + (dcse_238 * dcse_250) + (dcse_238 * dcse_251))
+        dcse_275 = ((cse_14 * dcse_252) + (cse_14 * dcse_253))
+        dcse_276 = ((cse_15 * dcse_252) + (cse_15 * dcse_253))
+        dcse_277 = ((cse_16 * dcse_252) + (cse_16 * dcse_253))
+        dcse_278 = (dcse_60 + (dcse_235 * dcse_254) + (dcse_235 * dcse_255))
+        dcse_279 = (dcse_60 + (dcse_237 * dcse_254) + (dcse_237 * dcse_255))
+        dcse_280 = (dcse_259 + (dcse_238 * dcse_254) + (dcse_238 * dcse_255))
+        dcse_281 = ((cse_14 * dcse_256) + (cse_14 * dcse_257))
+        dcse_282 = ((cse_15 * dcse_256) + (cse_15 * dcse_257))
+        dcse_283 = ((cse_16 * dcse_256) + (cse_16 * dcse_257))
     if V & 8:  # total
-        cse_219 = torch.where(state_internal_gamma_rate_root > 0.0, (nx_0 * torch.log(state_internal_gamma_rate_root)), 0.0)
-        cse_220 = (cse_21 * cse_219)
-        cse_221 = (cse_220 * cse_31)
-        cse_271 = (cse_236 * cse_240)
-        cse_272 = (cse_232 * cse_271)
-        cse_273 = (p_E * (cse_232 * cse_232))
-        cse_274 = (cse_233 * cse_236)
-        cse_275 = ((cse_239 * cse_274) - (cse_271 * cse_273) + (cse_237 * cse_274 * (cse_239 * cse_239)))
-        cse_290 = (cse_277 * cse_277)
-        # linear solve 3: 1x1, 6 right-hand side(s), unrolled over structural nonzeros
-        ls3_1 = (-p_eta - (cse_280 * cse_44))
-        ls3_2 = (1.0 / ls3_1)
-        ls3_3 = ((cse_277 * cse_60) - (cse_277 * cse_281 * cse_49))
-        ls3_4 = (-(4.0 * p_E * cse_290 * cse_48) + (4.0 * p_E * cse_281 * cse_290 * cse_30))
-        ls3_5 = ((0.6666666666666666 * cse_48) + (cse_289 * old_state_internal_ep))
-        ls3_6 = (cse_220 * cse_280)
-        ls3_7 = (ls3_3 * ls3_2)
-        ls3_8 = (ls3_4 * ls3_2)
-        ls3_9 = (cse_289 * ls3_2)
-        ls3_10 = (ls3_5 * ls3_2)
-        ls3_11 = (ls3_2 * state_internal_gamma_rate_root)
-        ls3_12 = (ls3_6 * ls3_2)
-        d226 = ls3_7
-        d227 = ls3_8
-        d228 = ls3_9
-        d229 = ls3_10
-        d230 = ls3_11
-        d231 = ls3_12
-        d232 = (cse_46 * d226)
-        d233 = (cse_69 * d226)
-        d234 = (cse_81 * d226)
-        d235 = (cse_93 * d226)
-        d236 = (cse_105 * d226)
-        d237 = (cse_115 * d226)
-        d238 = (cse_46 * d227)
-        d239 = (cse_69 * d227)
-        d240 = (cse_81 * d227)
-        d241 = (cse_93 * d227)
-        d242 = (cse_105 * d227)
-        d243 = (cse_115 * d227)
-        d244 = (cse_46 * d228)
-        d245 = (cse_69 * d228)
-        d246 = (cse_81 * d228)
-        d247 = (cse_93 * d228)
-        d248 = (cse_105 * d228)
-        d249 = (cse_115 * d228)
-        d250 = (cse_46 * d229)
-        d251 = (cse_69 * d229)
-        d252 = (cse_81 * d229)
-        d253 = (cse_93 * d229)
-        d254 = (cse_105 * d229)
-        d255 = (cse_115 * d229)
-        d256 = (cse_46 * d230)
-        d257 = (cse_69 * d230)
-        d258 = (cse_81 * d230)
-        d259 = (cse_93 * d230)
-        d260 = (cse_105 * d230)
-        d261 = (cse_115 * d230)
-        d262 = ((cse_20 * cse_221) + (cse_46 * d231))
-        d263 = ((cse_221 * cse_27) + (cse_69 * d231))
-        d264 = ((cse_221 * cse_29) + (cse_81 * d231))
-        d265 = ((cse_14 * cse_221) + (cse_93 * d231))
-        d266 = ((cse_105 * d231) + (cse_15 * cse_221))
-        d267 = ((cse_115 * d231) + (cse_16 * cse_221))
-        d268 = (cse_228 * d226)
-        d269 = (cse_228 * d227)
-        d270 = (cse_228 * d228)
-        d271 = (cse_228 * d229)
-        d272 = (cse_228 * d230)
-        d273 = ((cse_228 * d231) + (0.816496580927726 * cse_220))
-        d274 = (cse_43 * d226)
-        d275 = (cse_43 * d227)
-        d276 = (cse_43 * d228)
-        d277 = (cse_43 * d229)
-        d278 = (cse_43 * d230)
-        d279 = (cse_219 + (cse_43 * d231))
-        d280 = (cse_272 + (cse_230 * cse_232) + (cse_248 * d232))
-        d281 = (cse_272 + (cse_232 * cse_243) + (cse_248 * d233))
-        d282 = (cse_272 + (cse_232 * cse_244) + (cse_248 * d234))
-        d283 = ((cse_232 * cse_245) + (cse_250 * d235))
-        d284 = ((cse_232 * cse_246) + (cse_250 * d236))
-        d285 = ((cse_232 * cse_247) + (cse_250 * d237))
-        d286 = (cse_275 + (cse_248 * d238) - (cse_230 * cse_273))
-        d287 = (cse_275 + (cse_248 * d239) - (cse_243 * cse_273))
-        d288 = (cse_275 + (cse_248 * d240) - (cse_244 * cse_273))
-        d289 = ((cse_250 * d241) - (cse_245 * cse_273))
-        d290 = ((cse_250 * d242) - (cse_246 * cse_273))
-        d291 = ((cse_250 * d243) - (cse_247 * cse_273))
-        d292 = (cse_248 * d244)
-        d293 = (cse_248 * d245)
-        d294 = (cse_248 * d246)
-        d295 = (cse_250 * d247)
-        d296 = (cse_250 * d248)
-        d297 = (cse_250 * d249)
-        d298 = (cse_248 * d250)
-        d299 = (cse_248 * d251)
-        d300 = (cse_248 * d252)
-        d301 = (cse_250 * d253)
-        d302 = (cse_250 * d254)
-        d303 = (cse_250 * d255)
-        d304 = (cse_248 * d256)
-        d305 = (cse_248 * d257)
-        d306 = (cse_248 * d258)
-        d307 = (cse_250 * d259)
-        d308 = (cse_250 * d260)
-        d309 = (cse_250 * d261)
-        d310 = (cse_248 * d262)
-        d311 = (cse_248 * d263)
-        d312 = (cse_248 * d264)
-        d313 = (cse_250 * d265)
-        d314 = (cse_250 * d266)
-        d315 = (cse_250 * d267)
+        dcse_147 = (dcse_146 * dcse_264)
+        dcse_148 = (cse_21 * cse_21)
+        dcse_149 = (dcse_148 * nx_0)
+        dcse_150 = ((2.0 * dcse_149) - (cse_21 * dcse_147))
+        dcse_151 = (dcse_150 * dcse_62)
+        dcse_152 = (cse_31 * dcse_151)
+        dcse_153 = ((4.0 * dcse_149) - (4.0 * cse_21 * cse_30 * dcse_264))
+        dcse_154 = (p_E * dcse_50 * (dcse_262 * dcse_262))
+        dcse_155 = (-dcse_153 * dcse_154)
+        dcse_156 = (cse_31 * dcse_155)
+        dcse_157 = (0.6666666666666666 * dcse_149)
+        dcse_158 = (dcse_264 * old_state_internal_ep)
+        dcse_159 = (dcse_157 + (dcse_131 * dcse_158))
+        dcse_160 = (dcse_159 * dcse_50)
+        dcse_161 = (cse_31 * dcse_160)
+        dcse_162 = (dcse_50 * state_internal_gamma_rate_root)
+        dcse_163 = (cse_31 * dcse_162)
+        dcse_164 = (dcse_163 * dcse_87)
+        dcse_165 = (dcse_163 * dcse_97)
+        dcse_166 = (dcse_106 * dcse_148)
+        dcse_167 = (cse_21 + dcse_166)
+        dcse_260 = torch.where(state_internal_gamma_rate_root > 0.0, (nx_0 * torch.log(state_internal_gamma_rate_root)), 0.0)
+        dcse_168 = (cse_31 * dcse_260)
+        dcse_169 = (dcse_167 * dcse_168)
+        dcse_194 = (cse_233 * dcse_58)
+        dcse_197 = (cse_233 * dcse_70)
+        dcse_200 = (cse_233 * dcse_73)
+        dcse_203 = (cse_233 * dcse_76)
+        dcse_222 = (cse_236 * cse_240)
+        dcse_223 = (-dcse_150 * dcse_62)
+        dcse_224 = (cse_233 * dcse_223)
+        dcse_225 = (cse_31 * dcse_224)
+        dcse_226 = (p_E * (cse_232 * cse_232))
+        dcse_227 = (dcse_153 * dcse_154)
+        dcse_228 = (cse_233 * dcse_227)
+        dcse_229 = (cse_31 * dcse_228)
+        dcse_230 = (-dcse_159 * dcse_50)
+        dcse_231 = (cse_233 * dcse_230)
+        dcse_232 = (cse_31 * dcse_231)
+        dcse_233 = (-dcse_167 * dcse_168)
+        dcse_234 = (cse_233 * dcse_233)
+        dcse_241 = (cse_233 * cse_236)
+        dcse_261 = ((cse_239 * dcse_241) - (dcse_222 * dcse_226) + (cse_237 * dcse_241 * (cse_239 * cse_239)))
     # outputs
     Y = torch.empty((X.shape[0], 14), dtype=X.dtype, device=X.device)
     _put(Y, range(0, 14), (
@@ -686,72 +483,197 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     if V & 2:  # tangent
         # d outputs / d inputs of the tangent variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], 6, 6), dtype=X.dtype, device=X.device)
-        _put(J[:, 0], range(0, 6), (d43, d44, d45, d46, d47, d48))
-        _put(J[:, 1], range(0, 6), (d49, d50, d51, d52, d53, d54))
-        _put(J[:, 2], range(0, 6), (d55, d56, d57, d58, d59, d60))
-        _put(J[:, 3], range(0, 6), (d61, d62, d63, d64, d65, d66))
-        _put(J[:, 4], range(0, 6), (d67, d68, d69, d70, d71, d72))
-        _put(J[:, 5], range(0, 6), (d73, d74, d75, d76, d77, d78))
+        _put(J[:, 0], range(0, 6), (
+            (dcse_333 + (dcse_294 * dcse_322)), (dcse_334 + (dcse_294 * dcse_323)),
+            (dcse_334 + (dcse_294 * dcse_324)), (cse_14 * dcse_295), (cse_15 * dcse_295),
+            (cse_16 * dcse_295),
+        ))
+        _put(J[:, 1], range(0, 6), (
+            (dcse_334 + (dcse_297 * dcse_322)), (dcse_333 + (dcse_297 * dcse_323)),
+            (dcse_334 + (dcse_297 * dcse_324)), (cse_14 * dcse_298), (cse_15 * dcse_298),
+            (cse_16 * dcse_298),
+        ))
+        _put(J[:, 2], range(0, 6), (
+            (dcse_334 + (dcse_300 * dcse_322)), (dcse_334 + (dcse_300 * dcse_323)),
+            (dcse_333 + (dcse_300 * dcse_324)), (cse_14 * dcse_301), (cse_15 * dcse_301),
+            (cse_16 * dcse_301),
+        ))
+        _put(J[:, 3], range(0, 6), (
+            (dcse_303 * dcse_322), (dcse_303 * dcse_323), (dcse_303 * dcse_324),
+            (cse_233 * (dcse_331 + (cse_21 * ((cse_22 * dcse_309) + (dcse_307 * (cse_14 * cse_14)))))),
+            dcse_311, dcse_312,
+        ))
+        _put(J[:, 4], range(0, 6), (
+            (dcse_314 * dcse_322), (dcse_314 * dcse_323), (dcse_314 * dcse_324), dcse_311,
+            (cse_233 * (dcse_331 + (cse_21 * ((cse_23 * dcse_309) + (dcse_307 * (cse_15 * cse_15)))))),
+            dcse_315,
+        ))
+        _put(J[:, 5], range(0, 6), (
+            (dcse_316 * dcse_322), (dcse_316 * dcse_323), (dcse_316 * dcse_324), dcse_312, dcse_315,
+            (cse_233 * (dcse_331 + (cse_21 * ((cse_24 * dcse_309) + (dcse_307 * (cse_16 * cse_16)))))),
+        ))
     if V & 12:  # jacobian, total
         # d outputs / d inputs of the jacobian, total variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], *((14, 15) if V == 4 else (14, 21))), dtype=X.dtype, device=X.device)
         _put(J[:, 0], range(0, 15), (
-            d7, d8, d9, d10, d11, d12, d88, d94, d100, d101, d102, d103, d104, d105, d136,
+            (dcse_45 + (dcse_235 * dcse_59)), (dcse_61 + (dcse_237 * dcse_59)),
+            (dcse_61 + (dcse_238 * dcse_59)), (cse_14 * dcse_69), (cse_15 * dcse_69), (cse_16 * dcse_69),
+            dcse_108, dcse_115, dcse_266, dcse_267, dcse_268, dcse_269, dcse_270, dcse_271,
+            (p_K * dcse_133),
         ))
         _put(J[:, 1], range(0, 15), (
-            d13, d14, d15, d16, d17, d18, d89, d95, d106, d107, d108, d109, d110, d111, d137,
+            (dcse_61 + (dcse_235 * dcse_71)), (dcse_45 + (dcse_237 * dcse_71)),
+            (dcse_61 + (dcse_238 * dcse_71)), (cse_14 * dcse_72), (cse_15 * dcse_72), (cse_16 * dcse_72),
+            dcse_109, dcse_116, dcse_272, dcse_273, dcse_274, dcse_275, dcse_276, dcse_277, dcse_136,
         ))
         _put(J[:, 2], range(0, 15), (
-            d19, d20, d21, d22, d23, d24, d90, d96, d112, d113, d114, d115, d116, d117, d138,
+            (dcse_61 + (dcse_235 * dcse_74)), (dcse_61 + (dcse_237 * dcse_74)),
+            (dcse_45 + (dcse_238 * dcse_74)), (cse_14 * dcse_75), (cse_15 * dcse_75), (cse_16 * dcse_75),
+            dcse_110, dcse_117, dcse_278, dcse_279, dcse_280, dcse_281, dcse_282, dcse_283, dcse_139,
         ))
         _put(J[:, 3], range(0, 15), (
-            d25, d26, d27, d28, d29, d30, d91, d97, d118, d119, d120, d121, d122, d123, d139,
+            dcse_78, dcse_79, dcse_80, (cse_33 + (cse_21 * dcse_83)), dcse_85, dcse_86, dcse_111, dcse_118,
+            (dcse_121 * dcse_235), (dcse_121 * dcse_237), (dcse_121 * dcse_238),
+            (dcse_239 + (cse_21 * dcse_82)), dcse_123, dcse_124, dcse_141,
         ))
         _put(J[:, 4], range(0, 15), (
-            d31, d32, d33, d34, d35, d36, d92, d98, d124, d125, d126, d127, d128, d129, d140,
+            dcse_89, dcse_90, dcse_91, dcse_85, (cse_33 + (cse_21 * dcse_94)), dcse_96, dcse_112, dcse_119,
+            (dcse_125 * dcse_235), (dcse_125 * dcse_237), (dcse_125 * dcse_238), dcse_123,
+            (dcse_239 + (cse_21 * dcse_93)), dcse_126, dcse_143,
         ))
         _put(J[:, 5], range(0, 15), (
-            d37, d38, d39, d40, d41, d42, d93, d99, d130, d131, d132, d133, d134, d135, d141,
+            dcse_99, dcse_100, dcse_101, dcse_86, dcse_96, (cse_33 + (cse_21 * dcse_104)), dcse_113,
+            dcse_120, (dcse_127 * dcse_235), (dcse_127 * dcse_237), (dcse_127 * dcse_238), dcse_124,
+            dcse_126, (dcse_239 + (cse_21 * dcse_103)), dcse_145,
         ))
         _put(J[:, 6], range(0, 15), (
-            d142, d143, d144, d145, d146, d147, d148, d149, d150, d151, d152, d153, d154, d155, d156,
+            (-dcse_174), (-dcse_175), (-dcse_176), (-dcse_178), (-dcse_179), (-dcse_180), dcse_182,
+            (-dcse_182), dcse_174, dcse_175, dcse_176, dcse_178, dcse_179, dcse_180,
+            (1.0 + (cse_21 * dcse_183 * dcse_51)),
         ))
         _put(J[:, 7], range(0, 15), (
-            d157, d158, d159, d160, d161, d162, d163, d164, d165, d166, d167, d168, d169, d170, d171,
+            (-dcse_185), (-dcse_186), (-dcse_187), (-dcse_189), (-dcse_190), (-dcse_191), dcse_181,
+            (-dcse_181), dcse_185, dcse_186, dcse_187, dcse_189, dcse_190, dcse_191, (p_K * dcse_193),
         ))
         _put(J[:, 8], range(0, 15), (
-            d43, d44, d45, d46, d47, d48, d172, d178, d184, d185, d186, d187, d188, d189, d220,
+            (dcse_333 + (dcse_294 * dcse_322)), (dcse_334 + (dcse_294 * dcse_323)),
+            (dcse_334 + (dcse_294 * dcse_324)), (cse_14 * dcse_295), (cse_15 * dcse_295),
+            (cse_16 * dcse_295), (cse_233 * dcse_115), (cse_233 * dcse_108),
+            ((cse_241 * (-dcse_272 - dcse_278)) - (dcse_240 * dcse_266)),
+            ((cse_241 * (-dcse_273 - dcse_279)) - (dcse_240 * dcse_267)),
+            ((cse_241 * (-dcse_274 - dcse_280)) - (dcse_240 * dcse_268)),
+            ((cse_241 * (-dcse_275 - dcse_281)) - (dcse_240 * dcse_269)),
+            ((cse_241 * (-dcse_276 - dcse_282)) - (dcse_240 * dcse_270)),
+            ((cse_241 * (-dcse_277 - dcse_283)) - (dcse_240 * dcse_271)), (-p_K * dcse_221),
         ))
         _put(J[:, 9], range(0, 15), (
-            d49, d50, d51, d52, d53, d54, d173, d179, d190, d191, d192, d193, d194, d195, d221,
+            (dcse_334 + (dcse_297 * dcse_322)), (dcse_333 + (dcse_297 * dcse_323)),
+            (dcse_334 + (dcse_297 * dcse_324)), (cse_14 * dcse_298), (cse_15 * dcse_298),
+            (cse_16 * dcse_298), (cse_233 * dcse_116), (cse_233 * dcse_109),
+            ((cse_241 * (-dcse_266 - dcse_278)) - (dcse_240 * dcse_272)),
+            ((cse_241 * (-dcse_267 - dcse_279)) - (dcse_240 * dcse_273)),
+            ((cse_241 * (-dcse_268 - dcse_280)) - (dcse_240 * dcse_274)),
+            ((cse_241 * (-dcse_269 - dcse_281)) - (dcse_240 * dcse_275)),
+            ((cse_241 * (-dcse_270 - dcse_282)) - (dcse_240 * dcse_276)),
+            ((cse_241 * (-dcse_271 - dcse_283)) - (dcse_240 * dcse_277)), (-cse_233 * dcse_136),
         ))
         _put(J[:, 10], range(0, 15), (
-            d55, d56, d57, d58, d59, d60, d174, d180, d196, d197, d198, d199, d200, d201, d222,
+            (dcse_334 + (dcse_300 * dcse_322)), (dcse_334 + (dcse_300 * dcse_323)),
+            (dcse_333 + (dcse_300 * dcse_324)), (cse_14 * dcse_301), (cse_15 * dcse_301),
+            (cse_16 * dcse_301), (cse_233 * dcse_117), (cse_233 * dcse_110),
+            ((cse_241 * (-dcse_266 - dcse_272)) - (dcse_240 * dcse_278)),
+            ((cse_241 * (-dcse_267 - dcse_273)) - (dcse_240 * dcse_279)),
+            ((cse_241 * (-dcse_268 - dcse_274)) - (dcse_240 * dcse_280)),
+            ((cse_241 * (-dcse_269 - dcse_275)) - (dcse_240 * dcse_281)),
+            ((cse_241 * (-dcse_270 - dcse_276)) - (dcse_240 * dcse_282)),
+            ((cse_241 * (-dcse_271 - dcse_277)) - (dcse_240 * dcse_283)), (-cse_233 * dcse_139),
         ))
         _put(J[:, 11], range(0, 15), (
-            d61, d62, d63, d64, d65, d66, d175, d181, d202, d203, d204, d205, d206, d207, d223,
+            (dcse_303 * dcse_322), (dcse_303 * dcse_323), (dcse_303 * dcse_324),
+            (cse_233 * (dcse_331 + (cse_21 * ((cse_22 * dcse_309) + (dcse_307 * (cse_14 * cse_14)))))),
+            dcse_311, dcse_312, (cse_233 * dcse_118), (cse_233 * dcse_111), (cse_233 * dcse_78),
+            (cse_233 * dcse_79), (cse_233 * dcse_80), (cse_233 * (-dcse_239 + (cse_21 * dcse_83))),
+            dcse_216, dcse_217, (-cse_233 * dcse_141),
         ))
         _put(J[:, 12], range(0, 15), (
-            d67, d68, d69, d70, d71, d72, d176, d182, d208, d209, d210, d211, d212, d213, d224,
+            (dcse_314 * dcse_322), (dcse_314 * dcse_323), (dcse_314 * dcse_324), dcse_311,
+            (cse_233 * (dcse_331 + (cse_21 * ((cse_23 * dcse_309) + (dcse_307 * (cse_15 * cse_15)))))),
+            dcse_315, (cse_233 * dcse_119), (cse_233 * dcse_112), (cse_233 * dcse_89), (cse_233 * dcse_90),
+            (cse_233 * dcse_91), dcse_216, (cse_233 * (-dcse_239 + (cse_21 * dcse_94))), dcse_218,
+            (-cse_233 * dcse_143),
         ))
         _put(J[:, 13], range(0, 15), (
-            d73, d74, d75, d76, d77, d78, d177, d183, d214, d215, d216, d217, d218, d219, d225,
+            (dcse_316 * dcse_322), (dcse_316 * dcse_323), (dcse_316 * dcse_324), dcse_312, dcse_315,
+            (cse_233 * (dcse_331 + (cse_21 * ((cse_24 * dcse_309) + (dcse_307 * (cse_16 * cse_16)))))),
+            (cse_233 * dcse_120), (cse_233 * dcse_113), (cse_233 * dcse_99), (cse_233 * dcse_100),
+            (cse_233 * dcse_101), dcse_217, dcse_218, (cse_233 * (-dcse_239 + (cse_21 * dcse_104))),
+            (-cse_233 * dcse_145),
         ))
         if V & 8:
-            _put(J[:, 0], range(15, 21), (d232, d238, d244, d250, d256, d262))
-            _put(J[:, 1], range(15, 21), (d233, d239, d245, d251, d257, d263))
-            _put(J[:, 2], range(15, 21), (d234, d240, d246, d252, d258, d264))
-            _put(J[:, 3], range(15, 21), (d235, d241, d247, d253, d259, d265))
-            _put(J[:, 4], range(15, 21), (d236, d242, d248, d254, d260, d266))
-            _put(J[:, 5], range(15, 21), (d237, d243, d249, d255, d261, d267))
-            _put(J[:, 6], range(15, 21), (d268, d269, d270, d271, d272, d273))
-            _put(J[:, 7], range(15, 21), (d274, d275, d276, d277, d278, d279))
-            _put(J[:, 8], range(15, 21), (d280, d286, d292, d298, d304, d310))
-            _put(J[:, 9], range(15, 21), (d281, d287, d293, d299, d305, d311))
-            _put(J[:, 10], range(15, 21), (d282, d288, d294, d300, d306, d312))
-            _put(J[:, 11], range(15, 21), (d283, d289, d295, d301, d307, d313))
-            _put(J[:, 12], range(15, 21), (d284, d290, d296, d302, d308, d314))
-            _put(J[:, 13], range(15, 21), (d285, d291, d297, d303, d309, d315))
+            _put(J[:, 0], range(15, 21), (
+                (dcse_128 * dcse_151), (dcse_128 * dcse_155), dcse_133, (dcse_128 * dcse_160),
+                (dcse_163 * dcse_58), (cse_20 * dcse_169),
+            ))
+            _put(J[:, 1], range(15, 21), (
+                (cse_27 * dcse_152), (dcse_134 * dcse_155), dcse_135, (cse_27 * dcse_161), (dcse_163 * dcse_70),
+                (cse_27 * dcse_169),
+            ))
+            _put(J[:, 2], range(15, 21), (
+                (cse_29 * dcse_152), (cse_29 * dcse_156), dcse_138, (cse_29 * dcse_161), (dcse_163 * dcse_73),
+                (cse_29 * dcse_169),
+            ))
+            _put(J[:, 3], range(15, 21), (
+                (cse_14 * dcse_152), (cse_14 * dcse_156), dcse_140, (cse_14 * dcse_161), (dcse_163 * dcse_76),
+                (cse_14 * dcse_169),
+            ))
+            _put(J[:, 4], range(15, 21), (
+                (cse_15 * dcse_152), (cse_15 * dcse_156), dcse_142, (cse_15 * dcse_161), dcse_164,
+                (cse_15 * dcse_169),
+            ))
+            _put(J[:, 5], range(15, 21), (
+                (cse_16 * dcse_152), (cse_16 * dcse_156), dcse_144, (cse_16 * dcse_161), dcse_165,
+                (cse_16 * dcse_169),
+            ))
+            _put(J[:, 6], range(15, 21), (
+                (dcse_171 * (dcse_157 - (0.6666666666666666 * cse_21 * cse_30 * dcse_264))),
+                (2.449489742783178 * dcse_154 * (-(1.3333333333333333 * dcse_149) + (1.3333333333333333 * cse_21 * cse_30 * dcse_264))),
+                (dcse_170 * dcse_51), (dcse_50 * ((dcse_158 * dcse_170) + (0.5443310539518174 * dcse_149))),
+                (dcse_131 * dcse_162),
+                (2.449489742783178 * dcse_260 * (dcse_130 + (0.3333333333333333 * dcse_166))),
+            ))
+            _put(J[:, 7], range(15, 21), (
+                (dcse_62 * (-dcse_147 + (2.0 * dcse_105))),
+                (dcse_154 * (-(4.0 * dcse_105) + (4.0 * cse_30 * dcse_264))), dcse_193,
+                (dcse_50 * ((0.6666666666666666 * dcse_105) + (0.816496580927726 * dcse_158))), dcse_162,
+                (dcse_260 * (1.0 + (cse_21 * dcse_106))),
+            ))
+            _put(J[:, 8], range(15, 21), (
+                ((cse_232 * (cse_230 + dcse_222)) + (dcse_220 * dcse_223)),
+                (dcse_261 + (dcse_220 * dcse_227) - (cse_230 * dcse_226)), (-dcse_221), (dcse_220 * dcse_230),
+                (-dcse_163 * dcse_194), (dcse_219 * dcse_233),
+            ))
+            _put(J[:, 9], range(15, 21), (
+                ((cse_232 * (cse_243 + dcse_222)) + (dcse_134 * dcse_224)),
+                (dcse_261 + (dcse_134 * dcse_228) - (cse_243 * dcse_226)), (-cse_233 * dcse_135),
+                (dcse_134 * dcse_231), (-dcse_163 * dcse_197), (cse_27 * dcse_234),
+            ))
+            _put(J[:, 10], range(15, 21), (
+                ((cse_232 * (cse_244 + dcse_222)) + (cse_29 * dcse_225)),
+                (dcse_261 + (cse_29 * dcse_229) - (cse_244 * dcse_226)), (-cse_233 * dcse_138),
+                (cse_29 * dcse_232), (-dcse_163 * dcse_200), (cse_29 * dcse_234),
+            ))
+            _put(J[:, 11], range(15, 21), (
+                ((cse_14 * dcse_225) + (cse_232 * cse_245)), ((cse_14 * dcse_229) - (cse_245 * dcse_226)),
+                (-cse_233 * dcse_140), (cse_14 * dcse_232), (-dcse_163 * dcse_203), (cse_14 * dcse_234),
+            ))
+            _put(J[:, 12], range(15, 21), (
+                ((cse_15 * dcse_225) + (cse_232 * cse_246)), ((cse_15 * dcse_229) - (cse_246 * dcse_226)),
+                (-cse_233 * dcse_142), (cse_15 * dcse_232), (-cse_233 * dcse_164), (cse_15 * dcse_234),
+            ))
+            _put(J[:, 13], range(15, 21), (
+                ((cse_16 * dcse_225) + (cse_232 * cse_247)), ((cse_16 * dcse_229) - (cse_247 * dcse_226)),
+                (-cse_233 * dcse_144), (cse_16 * dcse_232), (-cse_233 * dcse_165), (cse_16 * dcse_234),
+            ))
     # status; a point that did not converge gets NaN outputs, never a plausible value
     ST = torch.empty((X.shape[0], 3), dtype=X.dtype, device=X.device)
     ST[:, 0] = perzyna_iso_radial_return_solve_converged
@@ -960,9 +882,11 @@ if triton is not None:
         K3 = tl.full([], 0.6666666666666666, DTYPE)
         K4 = tl.full([], 0.816496580927726, DTYPE)
         K5 = tl.full([], 1.0, DTYPE)
-        K6 = tl.full([], 4.0, DTYPE)
-        K7 = tl.full([], 1.3333333333333333, DTYPE)
-        K8 = tl.full([], 0.0, DTYPE)
+        K6 = tl.full([], 0.0, DTYPE)
+        K7 = tl.full([], 4.0, DTYPE)
+        K8 = tl.full([], 1.3333333333333333, DTYPE)
+        K9 = tl.full([], 2.449489742783178, DTYPE)
+        K10 = tl.full([], 0.5443310539518174, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = tl.load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
         (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
@@ -1100,605 +1024,401 @@ if triton is not None:
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_4, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_5, K0), _zero9, _zero9, BLOCK)
             tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 8)[None, :], _row10, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6))
         if V & 14:  # tangent, jacobian, total
-            cse_49 = (K2 * cse_30)
-            cse_276 = (K2 + cse_237)
-            cse_277 = (K5 / cse_276)
-            cse_278 = (p_E * cse_277)
-            cse_281 = tl.where(((cse_278 * cse_49) - (K4 * (p_sigma_y + (p_K * old_state_internal_ep)))) > 0.0, 1.0, 0.0)
-            cse_50 = _mc_sdiv(K5, cse_49)
-            cse_282 = (cse_281 * cse_50)
-            cse_279 = (K2 * cse_278)
-            cse_283 = (cse_279 * cse_282)
-            cse_284 = (K6 * cse_278 * cse_282)
-            cse_285 = (cse_14 * cse_284)
-            cse_286 = (cse_15 * cse_284)
-            cse_287 = (cse_16 * cse_284)
-            cse_280 = (cse_279 + (K3 * p_K))
-            cse_43 = (p_n * nx_1)
-            cse_44 = (cse_21 * cse_43)
-            cse_47 = (cse_26 + cse_28 - (K7 * cse_0))
-            cse_56 = (cse_17 + cse_28 - (K7 * cse_1))
-            cse_58 = (cse_17 + cse_26 - (K7 * cse_2))
-            # linear solve 1: 1x1, 6 right-hand side(s), unrolled over structural nonzeros
-            ls1_1 = (-p_eta - (cse_280 * cse_44))
-            ls1_2 = (K5 / ls1_1)
-            ls1_3 = (-cse_283 * cse_47)
-            ls1_4 = (-cse_283 * cse_56)
-            ls1_5 = (-cse_283 * cse_58)
-            ls1_6 = (-cse_285)
-            ls1_7 = (-cse_286)
-            ls1_8 = (-cse_287)
-            ls1_9 = (ls1_3 * ls1_2)
-            ls1_10 = (ls1_4 * ls1_2)
-            ls1_11 = (ls1_5 * ls1_2)
-            ls1_12 = (ls1_6 * ls1_2)
-            ls1_13 = (ls1_7 * ls1_2)
-            ls1_14 = (ls1_8 * ls1_2)
-            d1 = ls1_9
-            d2 = ls1_10
-            d3 = ls1_11
-            d4 = ls1_12
-            d5 = ls1_13
-            d6 = ls1_14
-            cse_51 = (tl.where(nx_0 == 0.0, K8, cse_50) * tl.where(nx_0 == 0.0, K8, _mc_sdiv(K5, (cse_30 * cse_30))))
-            cse_48 = (cse_21 * nx_0)
-            cse_52 = (cse_48 * cse_51)
-            cse_106 = (cse_15 * cse_52)
-            cse_45 = (cse_31 * cse_44)
-            cse_105 = (cse_15 * cse_45)
-            d7 = ((cse_105 * d1) - (cse_106 * cse_47))
-            cse_250 = (-cse_233)
-            d8 = (cse_250 * d7)
-            d9 = ((cse_105 * d2) - (cse_106 * cse_56))
-            d10 = (cse_250 * d9)
-            d11 = ((cse_105 * d3) - (cse_106 * cse_58))
-            d12 = (cse_250 * d11)
-            cse_60 = (K2 * cse_48)
-            cse_61 = (cse_51 * cse_60)
-            cse_100 = (cse_14 * cse_61)
-            cse_101 = (cse_100 * cse_15)
-            d13 = (-cse_101 + (cse_105 * d4))
-            d14 = (cse_250 * d13)
-        if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d8, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d10, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d12, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d14, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 14:  # tangent, jacobian, total
-            cse_94 = (cse_14 * cse_52)
-            cse_93 = (cse_14 * cse_45)
-            d15 = ((cse_93 * d3) - (cse_58 * cse_94))
-            d16 = (cse_250 * d15)
-            cse_98 = (cse_22 * cse_61)
-            d17 = (cse_33 - cse_98 + (cse_93 * d4))
-            d18 = (cse_233 + (cse_250 * d17))
-            d19 = (-cse_101 + (cse_93 * d5))
-            d20 = (cse_250 * d19)
-            cse_103 = (cse_100 * cse_16)
-            d21 = (-cse_103 + (cse_93 * d6))
-            d22 = (cse_250 * d21)
-        if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d16, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d18, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d20, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d22, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 14:  # tangent, jacobian, total
-            cse_111 = (cse_23 * cse_61)
-            d23 = (cse_33 - cse_111 + (cse_105 * d5))
-            d24 = (cse_233 + (cse_250 * d23))
-            cse_113 = (cse_15 * cse_16 * cse_61)
-            d25 = (-cse_113 + (cse_105 * d6))
-            d26 = (cse_250 * d25)
-            cse_116 = (cse_16 * cse_52)
-            cse_115 = (cse_16 * cse_45)
-            d27 = ((cse_115 * d1) - (cse_116 * cse_47))
-            d28 = (cse_250 * d27)
-            d29 = ((cse_115 * d2) - (cse_116 * cse_56))
-            d30 = (cse_250 * d29)
-        if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d24, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d26, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d28, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d30, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 2:  # tangent: entries 24 .. 31 of d outputs / d inputs
-            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
-                _row11 = _mc_row8(
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d8, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d10, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d12, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d14, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d24, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d26, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d28, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d30, K0), BLOCK)
-                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row11, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
-        if V & 14:  # tangent, jacobian, total
-            d31 = ((cse_115 * d3) - (cse_116 * cse_58))
-            d32 = (cse_250 * d31)
-            d33 = (-cse_103 + (cse_115 * d4))
-            d34 = (cse_250 * d33)
-            d35 = (-cse_113 + (cse_115 * d5))
-            d36 = (cse_250 * d35)
-            cse_122 = (cse_24 * cse_61)
-            d37 = (cse_33 - cse_122 + (cse_115 * d6))
-            d38 = (cse_233 + (cse_250 * d37))
-        if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d32, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d34, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d36, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d38, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 14:  # tangent, jacobian, total
-            cse_86 = (cse_29 * cse_61)
-            cse_89 = (cse_15 * cse_86)
-            cse_81 = (cse_29 * cse_45)
-            d39 = (-cse_89 + (cse_81 * d5))
-            cse_248 = (-cse_233)
-            d40 = (cse_248 * d39)
-            cse_91 = (cse_16 * cse_86)
-            d41 = (-cse_91 + (cse_81 * d6))
-            d42 = (cse_248 * d41)
-            d43 = ((cse_93 * d1) - (cse_47 * cse_94))
-            d44 = (cse_250 * d43)
-            d45 = ((cse_93 * d2) - (cse_56 * cse_94))
-            d46 = (cse_250 * d45)
-        if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d40, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d42, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d44, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d46, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 2:  # tangent: entries 16 .. 23 of d outputs / d inputs
-            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
-                _row12 = _mc_row8(
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d40, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d42, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d44, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d46, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d16, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d18, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d20, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d22, K0), BLOCK)
-                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row12, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
-        if V & 14:  # tangent, jacobian, total
-            cse_82 = (cse_29 * cse_52)
-            cse_55 = (K1 * cse_33)
-            d47 = (-cse_55 + (cse_81 * d1) - (cse_47 * cse_82))
-            d48 = (cse_241 + (cse_248 * d47))
-            d49 = (-cse_55 + (cse_81 * d2) - (cse_56 * cse_82))
-            d50 = (cse_241 + (cse_248 * d49))
-            cse_42 = (K3 * cse_33)
-            d51 = (cse_42 + (cse_81 * d3) - (cse_58 * cse_82))
-            cse_249 = (cse_233 + cse_241)
-            d52 = (cse_249 + (cse_248 * d51))
-            cse_87 = (cse_14 * cse_86)
-            d53 = (-cse_87 + (cse_81 * d4))
-            d54 = (cse_248 * d53)
-        if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d48, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d50, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d52, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 14:  # tangent, jacobian, total
-            cse_53 = (cse_20 * cse_52)
-            cse_46 = (cse_20 * cse_45)
-            d55 = (cse_42 + (cse_46 * d1) - (cse_47 * cse_53))
-            d56 = (cse_249 + (cse_248 * d55))
-            d57 = (-cse_55 + (cse_46 * d2) - (cse_53 * cse_56))
-            d58 = (cse_241 + (cse_248 * d57))
-            d59 = (-cse_55 + (cse_46 * d3) - (cse_53 * cse_58))
-            d60 = (cse_241 + (cse_248 * d59))
-            cse_62 = (cse_20 * cse_61)
-            cse_63 = (cse_14 * cse_62)
-            d61 = (-cse_63 + (cse_46 * d4))
-            d62 = (cse_248 * d61)
-        if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d56, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d58, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d60, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d62, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 14:  # tangent, jacobian, total
-            cse_65 = (cse_15 * cse_62)
-            d63 = (-cse_65 + (cse_46 * d5))
-            d64 = (cse_248 * d63)
-            cse_67 = (cse_16 * cse_62)
-            d65 = (-cse_67 + (cse_46 * d6))
-            d66 = (cse_248 * d65)
-            cse_70 = (cse_27 * cse_52)
-            cse_69 = (cse_27 * cse_45)
-            d67 = (-cse_55 + (cse_69 * d1) - (cse_47 * cse_70))
-            d68 = (cse_241 + (cse_248 * d67))
-            d69 = (cse_42 + (cse_69 * d2) - (cse_56 * cse_70))
-            d70 = (cse_249 + (cse_248 * d69))
-        if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d64, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d66, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d68, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d70, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
-            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
-                _row13 = _mc_row8(
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d56, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d58, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d60, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d62, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d64, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d66, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d68, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d70, K0), BLOCK)
-                tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row13, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
-        if V & 14:  # tangent, jacobian, total
-            d71 = (-cse_55 + (cse_69 * d3) - (cse_58 * cse_70))
-            d72 = (cse_241 + (cse_248 * d71))
-            cse_74 = (cse_27 * cse_61)
-            cse_75 = (cse_14 * cse_74)
-            d73 = (-cse_75 + (cse_69 * d4))
-            d74 = (cse_248 * d73)
-            cse_77 = (cse_15 * cse_74)
-            d75 = (-cse_77 + (cse_69 * d5))
-            d76 = (cse_248 * d75)
-            cse_79 = (cse_16 * cse_74)
-            d77 = (-cse_79 + (cse_69 * d6))
-            d78 = (cse_248 * d77)
+            dcse_317 = (K2 * cse_30)
+            dcse_321 = (K2 + cse_237)
+            dcse_325 = (K5 / dcse_321)
+            dcse_304 = (p_E * dcse_325)
+            dcse_326 = tl.where(((dcse_304 * dcse_317) - (K4 * (p_sigma_y + (p_K * old_state_internal_ep)))) > 0.0, 1.0, 0.0)
+            dcse_320 = _mc_sdiv(K5, dcse_317)
+            dcse_318 = (K2 * dcse_304)
+            dcse_327 = (dcse_318 + (K3 * p_K))
+            dcse_305 = (p_n * nx_1)
+            dcse_328 = (K5 / (-p_eta - (cse_21 * dcse_305 * dcse_327)))
+            dcse_306 = (cse_31 * dcse_305 * dcse_320 * dcse_326 * dcse_328)
+            dcse_308 = (nx_0 * tl.where(nx_0 == 0.0, K6, dcse_320) * tl.where(nx_0 == 0.0, K6, _mc_sdiv(K5, (cse_30 * cse_30))))
+            dcse_329 = (dcse_308 + (dcse_306 * dcse_318))
+            dcse_292 = (cse_21 * cse_233)
+            dcse_296 = (cse_27 * dcse_292)
+            dcse_297 = (dcse_296 * dcse_329)
+            dcse_307 = (K7 * dcse_304 * dcse_306)
+            dcse_309 = (K2 * dcse_308)
+            dcse_330 = (dcse_307 + dcse_309)
+            dcse_298 = (dcse_296 * dcse_330)
+            dcse_324 = (cse_17 + cse_26 - (K8 * cse_2))
+            dcse_319 = (cse_233 * cse_33)
+            dcse_334 = (cse_241 + (K1 * dcse_319))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d72, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d74, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d76, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d78, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_334 + (dcse_297 * dcse_324)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_14 * dcse_298), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_15 * dcse_298), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_16 * dcse_298), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 14:  # tangent, jacobian, total
+            dcse_293 = (cse_20 * dcse_292)
+            dcse_295 = (dcse_293 * dcse_330)
+            dcse_322 = (cse_26 + cse_28 - (K8 * cse_0))
+            dcse_323 = (cse_17 + cse_28 - (K8 * cse_1))
+            dcse_332 = (cse_233 + cse_241)
+            dcse_333 = (dcse_332 - (K3 * dcse_319))
+        if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_15 * dcse_295), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_16 * dcse_295), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_334 + (dcse_297 * dcse_322)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_333 + (dcse_297 * dcse_323)), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 14:  # tangent, jacobian, total
+            dcse_294 = (dcse_293 * dcse_329)
+        if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_333 + (dcse_294 * dcse_322)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_334 + (dcse_294 * dcse_323)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_334 + (dcse_294 * dcse_324)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_14 * dcse_295), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row11 = _mc_row8(
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_333 + (dcse_294 * dcse_322)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_334 + (dcse_294 * dcse_323)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_334 + (dcse_294 * dcse_324)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_14 * dcse_295), K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_15 * dcse_295), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_16 * dcse_295), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_334 + (dcse_297 * dcse_322)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_333 + (dcse_297 * dcse_323)), K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row11, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
+        if V & 14:  # tangent, jacobian, total
+            dcse_299 = (cse_29 * dcse_292)
+            dcse_300 = (dcse_299 * dcse_329)
+            dcse_301 = (dcse_299 * dcse_330)
+        if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_334 + (dcse_300 * dcse_322)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_334 + (dcse_300 * dcse_323)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_333 + (dcse_300 * dcse_324)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_14 * dcse_301), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 8 .. 15 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row12 = _mc_row8(
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_334 + (dcse_297 * dcse_324)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_14 * dcse_298), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_15 * dcse_298), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_16 * dcse_298), K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_334 + (dcse_300 * dcse_322)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_334 + (dcse_300 * dcse_323)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_333 + (dcse_300 * dcse_324)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_14 * dcse_301), K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row12, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
+        if V & 14:  # tangent, jacobian, total
+            dcse_302 = (cse_14 * dcse_292)
+            dcse_303 = (dcse_302 * dcse_329)
+        if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_15 * dcse_301), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_16 * dcse_301), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_303 * dcse_322), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_303 * dcse_323), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 14:  # tangent, jacobian, total
+            dcse_310 = (dcse_302 * dcse_330)
+            dcse_311 = (cse_15 * dcse_310)
+            dcse_312 = (cse_16 * dcse_310)
+            dcse_331 = (K5 - cse_33)
+        if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_303 * dcse_324), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * (dcse_331 + (cse_21 * ((cse_22 * dcse_309) + (dcse_307 * (cse_14 * cse_14)))))), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_311, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_312, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 16 .. 23 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row13 = _mc_row8(
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_15 * dcse_301), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_16 * dcse_301), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_303 * dcse_322), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_303 * dcse_323), K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_303 * dcse_324), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * (dcse_331 + (cse_21 * ((cse_22 * dcse_309) + (dcse_307 * (cse_14 * cse_14)))))), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_311, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_312, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row13, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
+        if V & 14:  # tangent, jacobian, total
+            dcse_313 = (cse_15 * dcse_292)
+            dcse_314 = (dcse_313 * dcse_329)
+        if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_314 * dcse_322), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_314 * dcse_323), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_314 * dcse_324), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_311, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 14:  # tangent, jacobian, total
+            dcse_315 = (cse_16 * dcse_313 * dcse_330)
+            dcse_316 = (cse_16 * dcse_292 * dcse_329)
+        if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * (dcse_331 + (cse_21 * ((cse_23 * dcse_309) + (dcse_307 * (cse_15 * cse_15)))))), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_315, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_316 * dcse_322), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_316 * dcse_323), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 24 .. 31 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
                 _row14 = _mc_row8(
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d72, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d74, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d76, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d78, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d48, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d50, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d52, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d54, K0), BLOCK)
-                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row14, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_314 * dcse_322), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_314 * dcse_323), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_314 * dcse_324), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_311, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * (dcse_331 + (cse_21 * ((cse_23 * dcse_309) + (dcse_307 * (cse_15 * cse_15)))))), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_315, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_316 * dcse_322), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_316 * dcse_323), K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row14, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
+        if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
+            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_316 * dcse_324), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_312, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_315, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * (dcse_331 + (cse_21 * ((cse_24 * dcse_309) + (dcse_307 * (cse_16 * cse_16)))))), K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 12:  # jacobian, total
-            cse_124 = (cse_20 * cse_32)
-            cse_126 = (cse_27 * cse_32)
-            cse_128 = (cse_29 * cse_32)
-            cse_130 = (cse_14 * cse_32)
-            cse_132 = (cse_15 * cse_32)
-            cse_134 = (cse_16 * cse_32)
-            cse_142 = (-cse_47)
-            cse_143 = (K5 - cse_42)
-            cse_145 = (-cse_56)
-            cse_147 = (-cse_58)
-            cse_167 = (K5 - cse_33)
-            cse_228 = (K4 * cse_44)
-            cse_251 = (-cse_241)
-            cse_254 = (-cse_249)
-            cse_288 = (cse_280 * nx_0)
-            cse_289 = (K4 * cse_281)
-            # linear solve 2: 1x1, 9 right-hand side(s), unrolled over structural nonzeros
-            ls2_1 = (-p_eta - (cse_280 * cse_44))
-            ls2_2 = (K5 / ls2_1)
-            ls2_3 = (-cse_288)
-            ls2_4 = (-cse_142 * cse_283)
-            ls2_5 = (-cse_145 * cse_283)
-            ls2_6 = (-cse_147 * cse_283)
-            ls2_7 = (p_K * cse_289)
-            ls2_8 = (cse_288 * ls2_2)
-            ls2_9 = (ls2_3 * ls2_2)
-            ls2_10 = (ls2_4 * ls2_2)
-            ls2_11 = (ls2_5 * ls2_2)
-            ls2_12 = (ls2_6 * ls2_2)
-            ls2_13 = (cse_285 * ls2_2)
-            ls2_14 = (cse_286 * ls2_2)
-            ls2_15 = (cse_287 * ls2_2)
-            ls2_16 = (ls2_7 * ls2_2)
-            d79 = ls2_8
-            d80 = ls2_9
-            d81 = ls2_10
-            d82 = ls2_11
-            d83 = ls2_12
-            d84 = ls2_13
-            d85 = ls2_14
-            d86 = ls2_15
-            d87 = ls2_16
-            d88 = (cse_124 + (cse_46 * d79))
-            d89 = (cse_126 + (cse_69 * d79))
-            d90 = (cse_128 + (cse_81 * d79))
-            d91 = (cse_130 + (cse_93 * d79))
-            d92 = (cse_132 + (cse_105 * d79))
-            d93 = (cse_134 + (cse_115 * d79))
-            d94 = (-cse_124 + (cse_46 * d80))
-            d95 = (-cse_126 + (cse_69 * d80))
-            d96 = (-cse_128 + (cse_81 * d80))
-            d97 = (-cse_130 + (cse_93 * d80))
-            d98 = (-cse_132 + (cse_105 * d80))
-            d99 = (-cse_134 + (cse_115 * d80))
-            d100 = (cse_143 + (cse_46 * d81) - (cse_142 * cse_53))
-            d101 = (cse_55 + (cse_46 * d82) - (cse_145 * cse_53))
-            d102 = (cse_55 + (cse_46 * d83) - (cse_147 * cse_53))
-            d103 = (cse_63 + (cse_46 * d84))
-            d104 = (cse_65 + (cse_46 * d85))
-            d105 = (cse_67 + (cse_46 * d86))
-            d106 = (cse_55 + (cse_69 * d81) - (cse_142 * cse_70))
-            d107 = (cse_143 + (cse_69 * d82) - (cse_145 * cse_70))
-            d108 = (cse_55 + (cse_69 * d83) - (cse_147 * cse_70))
-            d109 = (cse_75 + (cse_69 * d84))
-            d110 = (cse_77 + (cse_69 * d85))
-            d111 = (cse_79 + (cse_69 * d86))
-            d112 = (cse_55 + (cse_81 * d81) - (cse_142 * cse_82))
-            d113 = (cse_55 + (cse_81 * d82) - (cse_145 * cse_82))
-            d114 = (cse_143 + (cse_81 * d83) - (cse_147 * cse_82))
-            d115 = (cse_87 + (cse_81 * d84))
-            d116 = (cse_89 + (cse_81 * d85))
-            d117 = (cse_91 + (cse_81 * d86))
-            d118 = ((cse_93 * d81) - (cse_142 * cse_94))
-            d119 = ((cse_93 * d82) - (cse_145 * cse_94))
-            d120 = ((cse_93 * d83) - (cse_147 * cse_94))
-            d121 = (cse_167 + cse_98 + (cse_93 * d84))
-            d122 = (cse_101 + (cse_93 * d85))
-            d123 = (cse_103 + (cse_93 * d86))
-            d124 = ((cse_105 * d81) - (cse_106 * cse_142))
-            d125 = ((cse_105 * d82) - (cse_106 * cse_145))
-            d126 = ((cse_105 * d83) - (cse_106 * cse_147))
-            d127 = (cse_101 + (cse_105 * d84))
-            d128 = (cse_111 + cse_167 + (cse_105 * d85))
-            d129 = (cse_113 + (cse_105 * d86))
-            d130 = ((cse_115 * d81) - (cse_116 * cse_142))
-            d131 = ((cse_115 * d82) - (cse_116 * cse_145))
-            d132 = ((cse_115 * d83) - (cse_116 * cse_147))
-            d133 = (cse_103 + (cse_115 * d84))
-            d134 = (cse_113 + (cse_115 * d85))
-            d135 = (cse_122 + cse_167 + (cse_115 * d86))
-            d136 = (cse_46 * d87)
-            d137 = (cse_69 * d87)
-            d138 = (cse_81 * d87)
-            d139 = (cse_93 * d87)
-            d140 = (cse_105 * d87)
-            d141 = (cse_115 * d87)
-            cse_252 = (cse_251 * d106)
-            cse_253 = (cse_251 * d112)
-            cse_255 = (cse_251 * d113)
-            cse_256 = (cse_251 * d107)
-            cse_257 = (cse_251 * d108)
-            cse_258 = (cse_251 * d114)
-            cse_259 = (cse_251 * d109)
-            cse_260 = (cse_251 * d115)
-            cse_261 = (cse_251 * d110)
-            cse_262 = (cse_251 * d116)
-            cse_263 = (cse_251 * d111)
-            cse_264 = (cse_251 * d117)
-            cse_265 = (cse_251 * d100)
-            cse_266 = (cse_251 * d101)
-            cse_267 = (cse_251 * d102)
-            cse_268 = (cse_251 * d103)
-            cse_269 = (cse_251 * d104)
-            cse_270 = (cse_251 * d105)
-            d142 = (cse_228 * d1)
-            d143 = (cse_228 * d2)
-            d144 = (cse_228 * d3)
-            d145 = (cse_228 * d4)
-            d146 = (cse_228 * d5)
-            d147 = (cse_228 * d6)
-            d148 = (cse_41 + (cse_228 * d79))
-            d149 = (-cse_41 + (cse_228 * d80))
-            d150 = (cse_228 * d81)
-            d151 = (cse_228 * d82)
-            d152 = (cse_228 * d83)
-            d153 = (cse_228 * d84)
-            d154 = (cse_228 * d85)
-            d155 = (cse_228 * d86)
-            d156 = (K5 + (cse_228 * d87))
-            d157 = (cse_43 * d1)
-            d158 = (cse_43 * d2)
-            d159 = (cse_43 * d3)
-            d160 = (cse_43 * d4)
-            d161 = (cse_43 * d5)
-            d162 = (cse_43 * d6)
-            d163 = (cse_43 * d79)
-            d164 = (cse_43 * d80)
-            d165 = (cse_43 * d81)
-            d166 = (cse_43 * d82)
-            d167 = (cse_43 * d83)
-            d168 = (cse_43 * d84)
-            d169 = (cse_43 * d85)
-            d170 = (cse_43 * d86)
-            d171 = (cse_43 * d87)
-            d172 = (cse_248 * d88)
-            d173 = (cse_248 * d89)
-            d174 = (cse_248 * d90)
-            d175 = (cse_250 * d91)
-            d176 = (cse_250 * d92)
-            d177 = (cse_250 * d93)
-            d178 = (cse_248 * d94)
-            d179 = (cse_248 * d95)
-            d180 = (cse_248 * d96)
-            d181 = (cse_250 * d97)
-            d182 = (cse_250 * d98)
-            d183 = (cse_250 * d99)
-            d184 = (cse_252 + cse_253 + (cse_254 * d100))
-            d185 = (cse_255 + cse_256 + (cse_254 * d101))
-            d186 = (cse_257 + cse_258 + (cse_254 * d102))
-            d187 = (cse_259 + cse_260 + (cse_254 * d103))
-            d188 = (cse_261 + cse_262 + (cse_254 * d104))
-            d189 = (cse_263 + cse_264 + (cse_254 * d105))
-            d190 = (cse_253 + cse_265 + (cse_254 * d106))
-            d191 = (cse_255 + cse_266 + (cse_254 * d107))
-            d192 = (cse_258 + cse_267 + (cse_254 * d108))
-            d193 = (cse_260 + cse_268 + (cse_254 * d109))
-            d194 = (cse_262 + cse_269 + (cse_254 * d110))
-            d195 = (cse_264 + cse_270 + (cse_254 * d111))
-            d196 = (cse_252 + cse_265 + (cse_254 * d112))
-            d197 = (cse_256 + cse_266 + (cse_254 * d113))
-            d198 = (cse_257 + cse_267 + (cse_254 * d114))
-            d199 = (cse_259 + cse_268 + (cse_254 * d115))
-            d200 = (cse_261 + cse_269 + (cse_254 * d116))
-            d201 = (cse_263 + cse_270 + (cse_254 * d117))
-            d202 = (cse_250 * d118)
-            d203 = (cse_250 * d119)
-            d204 = (cse_250 * d120)
-            d205 = (cse_250 * d121)
-            d206 = (cse_250 * d122)
-            d207 = (cse_250 * d123)
-            d208 = (cse_250 * d124)
-            d209 = (cse_250 * d125)
-            d210 = (cse_250 * d126)
-            d211 = (cse_250 * d127)
-            d212 = (cse_250 * d128)
-            d213 = (cse_250 * d129)
-            d214 = (cse_250 * d130)
-            d215 = (cse_250 * d131)
-            d216 = (cse_250 * d132)
-            d217 = (cse_250 * d133)
-            d218 = (cse_250 * d134)
-            d219 = (cse_250 * d135)
-            d220 = (cse_248 * d136)
-            d221 = (cse_248 * d137)
-            d222 = (cse_248 * d138)
-            d223 = (cse_250 * d139)
-            d224 = (cse_250 * d140)
-            d225 = (cse_250 * d141)
+            dcse_45 = (K3 * cse_33)
+            dcse_146 = (K2 * cse_30)
+            dcse_236 = _mc_sdiv(K5, dcse_146)
+            dcse_46 = (cse_31 * dcse_236)
+            dcse_47 = (K2 * p_E)
+            dcse_242 = (K2 + cse_237)
+            dcse_262 = (K5 / dcse_242)
+            dcse_48 = (dcse_262 * dcse_47)
+            dcse_49 = (p_n * nx_1)
+            dcse_245 = (cse_21 * dcse_49)
+            dcse_183 = (K3 * p_K)
+            dcse_263 = (dcse_183 + dcse_48)
+            dcse_265 = (K5 / (-p_eta - (dcse_245 * dcse_263)))
+            dcse_50 = (dcse_265 * dcse_49)
+            dcse_243 = (p_E * dcse_146)
+            dcse_244 = (-K4 * (p_sigma_y + (p_K * old_state_internal_ep)))
+            dcse_264 = tl.where((dcse_244 + (dcse_243 * dcse_262)) > 0.0, 1.0, 0.0)
+            dcse_51 = (dcse_264 * dcse_50)
+            dcse_52 = (dcse_48 * dcse_51)
+            dcse_53 = (dcse_46 * dcse_52)
+            dcse_54 = (nx_0 * tl.where(nx_0 == 0.0, K6, _mc_sdiv(K5, (cse_30 * cse_30))))
+            dcse_55 = (dcse_54 * tl.where(nx_0 == 0.0, K6, dcse_236))
+            dcse_56 = (dcse_53 + dcse_55)
+            dcse_57 = (-dcse_56)
+            dcse_58 = (cse_20 * cse_21)
+            dcse_59 = (dcse_57 * dcse_58)
+            dcse_60 = (K1 * cse_33)
+            dcse_61 = (-dcse_60)
+            dcse_62 = (dcse_262 * dcse_50)
+            dcse_63 = (K7 * p_E)
+            dcse_64 = (dcse_264 * dcse_62 * dcse_63)
+            dcse_65 = (dcse_46 * dcse_64)
+            dcse_66 = (K2 * dcse_55)
+            dcse_67 = (dcse_65 + dcse_66)
+            dcse_68 = (-dcse_67)
+            dcse_69 = (dcse_58 * dcse_68)
+            dcse_70 = (cse_21 * cse_27)
+            dcse_71 = (dcse_57 * dcse_70)
+            dcse_72 = (dcse_68 * dcse_70)
+            dcse_73 = (cse_21 * cse_29)
+            dcse_74 = (dcse_57 * dcse_73)
+            dcse_75 = (dcse_68 * dcse_73)
+            dcse_76 = (cse_14 * cse_21)
+            dcse_77 = (dcse_57 * dcse_76)
+            dcse_235 = (cse_26 + cse_28 - (K8 * cse_0))
+            dcse_78 = (dcse_235 * dcse_77)
+            dcse_237 = (cse_17 + cse_28 - (K8 * cse_1))
+            dcse_79 = (dcse_237 * dcse_77)
+            dcse_238 = (cse_17 + cse_26 - (K8 * cse_2))
+            dcse_80 = (dcse_238 * dcse_77)
+            dcse_81 = (cse_14 * cse_14)
+            dcse_82 = ((cse_22 * dcse_66) + (dcse_65 * dcse_81))
+            dcse_83 = (-dcse_82)
+            dcse_84 = (dcse_68 * dcse_76)
+            dcse_85 = (cse_15 * dcse_84)
+            dcse_86 = (cse_16 * dcse_84)
+            dcse_87 = (cse_15 * cse_21)
+            dcse_88 = (dcse_57 * dcse_87)
+            dcse_89 = (dcse_235 * dcse_88)
+            dcse_90 = (dcse_237 * dcse_88)
+            dcse_91 = (dcse_238 * dcse_88)
+            dcse_92 = (cse_15 * cse_15)
+            dcse_93 = ((cse_23 * dcse_66) + (dcse_65 * dcse_92))
+            dcse_94 = (-dcse_93)
+            dcse_95 = (cse_16 * dcse_87)
+            dcse_96 = (dcse_68 * dcse_95)
+            dcse_97 = (cse_16 * cse_21)
+            dcse_98 = (dcse_57 * dcse_97)
+            dcse_99 = (dcse_235 * dcse_98)
+            dcse_100 = (dcse_237 * dcse_98)
+            dcse_101 = (dcse_238 * dcse_98)
+            dcse_102 = (cse_16 * cse_16)
+            dcse_103 = ((cse_24 * dcse_66) + (dcse_102 * dcse_65))
+            dcse_104 = (-dcse_103)
+            dcse_105 = (cse_21 * nx_0)
+            dcse_106 = (dcse_263 * dcse_50)
+            dcse_107 = (cse_32 + (cse_31 * dcse_105 * dcse_106))
+            dcse_108 = (cse_20 * dcse_107)
+            dcse_109 = (cse_27 * dcse_107)
+            dcse_110 = (cse_29 * dcse_107)
+            dcse_111 = (cse_14 * dcse_107)
+            dcse_112 = (cse_15 * dcse_107)
+            dcse_113 = (cse_16 * dcse_107)
+            dcse_114 = (-dcse_107)
+            dcse_115 = (cse_20 * dcse_114)
+            dcse_116 = (cse_27 * dcse_114)
+            dcse_117 = (cse_29 * dcse_114)
+            dcse_118 = (cse_14 * dcse_114)
+            dcse_119 = (cse_15 * dcse_114)
+            dcse_120 = (cse_16 * dcse_114)
+            dcse_121 = (dcse_56 * dcse_76)
+            dcse_122 = (dcse_67 * dcse_76)
+            dcse_123 = (cse_15 * dcse_122)
+            dcse_124 = (cse_16 * dcse_122)
+            dcse_125 = (dcse_56 * dcse_87)
+            dcse_126 = (dcse_67 * dcse_95)
+            dcse_127 = (dcse_56 * dcse_97)
+            dcse_128 = (cse_20 * cse_31)
+            dcse_130 = (K1 * cse_21)
+            dcse_131 = (K9 * dcse_130)
+            dcse_132 = (dcse_131 * dcse_51)
+            dcse_133 = (dcse_128 * dcse_132)
+            dcse_134 = (cse_27 * cse_31)
+            dcse_135 = (dcse_132 * dcse_134)
+            dcse_136 = (p_K * dcse_135)
+            dcse_137 = (cse_31 * dcse_132)
+            dcse_138 = (cse_29 * dcse_137)
+            dcse_139 = (p_K * dcse_138)
+            dcse_140 = (cse_14 * dcse_137)
+            dcse_141 = (p_K * dcse_140)
+            dcse_142 = (cse_15 * dcse_137)
+            dcse_143 = (p_K * dcse_142)
+            dcse_144 = (cse_16 * dcse_137)
+            dcse_145 = (p_K * dcse_144)
+            dcse_170 = (K3 * cse_21)
+            dcse_171 = (K9 * dcse_62)
+            dcse_172 = (p_E * dcse_171 * dcse_236 * dcse_264)
+            dcse_173 = (dcse_170 * dcse_172)
+            dcse_174 = (dcse_173 * dcse_235)
+            dcse_175 = (dcse_173 * dcse_237)
+            dcse_176 = (dcse_173 * dcse_238)
+            dcse_177 = (K8 * dcse_172)
+            dcse_178 = (dcse_177 * dcse_76)
+            dcse_179 = (dcse_177 * dcse_87)
+            dcse_180 = (dcse_177 * dcse_97)
+            dcse_181 = (dcse_106 * nx_0)
+            dcse_182 = (cse_41 + (dcse_131 * dcse_181))
+            dcse_184 = (dcse_236 * dcse_52)
+            dcse_185 = (dcse_184 * dcse_235)
+            dcse_186 = (dcse_184 * dcse_237)
+            dcse_187 = (dcse_184 * dcse_238)
+            dcse_188 = (dcse_236 * dcse_64)
+            dcse_189 = (cse_14 * dcse_188)
+            dcse_190 = (cse_15 * dcse_188)
+            dcse_191 = (cse_16 * dcse_188)
+            dcse_193 = (K4 * dcse_51)
+            dcse_216 = (cse_233 * dcse_85)
+            dcse_217 = (cse_233 * dcse_86)
+            dcse_218 = (cse_233 * dcse_96)
+            dcse_219 = (cse_20 * cse_233)
+            dcse_220 = (cse_31 * dcse_219)
+            dcse_221 = (dcse_132 * dcse_220)
+            dcse_239 = (K5 - cse_33)
+            dcse_240 = (cse_233 + cse_241)
+            dcse_246 = (dcse_53 * dcse_58)
+            dcse_247 = (dcse_55 * dcse_58)
+            dcse_248 = (dcse_58 * dcse_65)
+            dcse_249 = (dcse_58 * dcse_66)
+            dcse_250 = (dcse_53 * dcse_70)
+            dcse_251 = (dcse_55 * dcse_70)
+            dcse_252 = (dcse_65 * dcse_70)
+            dcse_253 = (dcse_66 * dcse_70)
+            dcse_254 = (dcse_53 * dcse_73)
+            dcse_255 = (dcse_55 * dcse_73)
+            dcse_256 = (dcse_65 * dcse_73)
+            dcse_257 = (dcse_66 * dcse_73)
+            dcse_259 = (K5 - dcse_45)
+            dcse_266 = (dcse_259 + (dcse_235 * dcse_246) + (dcse_235 * dcse_247))
+            dcse_267 = (dcse_60 + (dcse_237 * dcse_246) + (dcse_237 * dcse_247))
+            dcse_268 = (dcse_60 + (dcse_238 * dcse_246) + (dcse_238 * dcse_247))
+            dcse_269 = ((cse_14 * dcse_248) + (cse_14 * dcse_249))
+            dcse_270 = ((cse_15 * dcse_248) + (cse_15 * dcse_249))
+            dcse_271 = ((cse_16 * dcse_248) + (cse_16 * dcse_249))
+            dcse_272 = (dcse_60 + (dcse_235 * dcse_250) + (dcse_235 * dcse_251))
+            dcse_273 = (dcse_259 + (dcse_237 * dcse_250) + (dcse_237 * dcse_251))
+            dcse_274 = (dcse_60 + (dcse_238 * dcse_250) + (dcse_238 * dcse_251))
+            dcse_275 = ((cse_14 * dcse_252) + (cse_14 * dcse_253))
+            dcse_276 = ((cse_15 * dcse_252) + (cse_15 * dcse_253))
+            dcse_277 = ((cse_16 * dcse_252) + (cse_16 * dcse_253))
+            dcse_278 = (dcse_60 + (dcse_235 * dcse_254) + (dcse_235 * dcse_255))
+            dcse_279 = (dcse_60 + (dcse_237 * dcse_254) + (dcse_237 * dcse_255))
+            dcse_280 = (dcse_259 + (dcse_238 * dcse_254) + (dcse_238 * dcse_255))
+            dcse_281 = ((cse_14 * dcse_256) + (cse_14 * dcse_257))
+            dcse_282 = ((cse_15 * dcse_256) + (cse_15 * dcse_257))
+            dcse_283 = ((cse_16 * dcse_256) + (cse_16 * dcse_257))
         if V & 8:  # total
-            cse_219 = tl.where(state_internal_gamma_rate_root > 0.0, (nx_0 * tl.log(state_internal_gamma_rate_root)), K8)
-            cse_220 = (cse_21 * cse_219)
-            cse_221 = (cse_220 * cse_31)
-            cse_271 = (cse_236 * cse_240)
-            cse_272 = (cse_232 * cse_271)
-            cse_273 = (p_E * (cse_232 * cse_232))
-            cse_274 = (cse_233 * cse_236)
-            cse_275 = ((cse_239 * cse_274) - (cse_271 * cse_273) + (cse_237 * cse_274 * (cse_239 * cse_239)))
-            cse_290 = (cse_277 * cse_277)
-            # linear solve 3: 1x1, 6 right-hand side(s), unrolled over structural nonzeros
-            ls3_1 = (-p_eta - (cse_280 * cse_44))
-            ls3_2 = (K5 / ls3_1)
-            ls3_3 = ((cse_277 * cse_60) - (cse_277 * cse_281 * cse_49))
-            ls3_4 = (-(K6 * p_E * cse_290 * cse_48) + (K6 * p_E * cse_281 * cse_290 * cse_30))
-            ls3_5 = ((K3 * cse_48) + (cse_289 * old_state_internal_ep))
-            ls3_6 = (cse_220 * cse_280)
-            ls3_7 = (ls3_3 * ls3_2)
-            ls3_8 = (ls3_4 * ls3_2)
-            ls3_9 = (cse_289 * ls3_2)
-            ls3_10 = (ls3_5 * ls3_2)
-            ls3_11 = (ls3_2 * state_internal_gamma_rate_root)
-            ls3_12 = (ls3_6 * ls3_2)
-            d226 = ls3_7
-            d227 = ls3_8
-            d228 = ls3_9
-            d229 = ls3_10
-            d230 = ls3_11
-            d231 = ls3_12
-            d232 = (cse_46 * d226)
-            d233 = (cse_69 * d226)
-            d234 = (cse_81 * d226)
-            d235 = (cse_93 * d226)
-            d236 = (cse_105 * d226)
-            d237 = (cse_115 * d226)
-            d238 = (cse_46 * d227)
-            d239 = (cse_69 * d227)
-            d240 = (cse_81 * d227)
-            d241 = (cse_93 * d227)
-            d242 = (cse_105 * d227)
-            d243 = (cse_115 * d227)
-            d244 = (cse_46 * d228)
-            d245 = (cse_69 * d228)
-            d246 = (cse_81 * d228)
-            d247 = (cse_93 * d228)
-            d248 = (cse_105 * d228)
-            d249 = (cse_115 * d228)
-            d250 = (cse_46 * d229)
-            d251 = (cse_69 * d229)
-            d252 = (cse_81 * d229)
-            d253 = (cse_93 * d229)
-            d254 = (cse_105 * d229)
-            d255 = (cse_115 * d229)
-            d256 = (cse_46 * d230)
-            d257 = (cse_69 * d230)
-            d258 = (cse_81 * d230)
-            d259 = (cse_93 * d230)
-            d260 = (cse_105 * d230)
-            d261 = (cse_115 * d230)
-            d262 = ((cse_20 * cse_221) + (cse_46 * d231))
-            d263 = ((cse_221 * cse_27) + (cse_69 * d231))
-            d264 = ((cse_221 * cse_29) + (cse_81 * d231))
-            d265 = ((cse_14 * cse_221) + (cse_93 * d231))
-            d266 = ((cse_105 * d231) + (cse_15 * cse_221))
-            d267 = ((cse_115 * d231) + (cse_16 * cse_221))
-            d268 = (cse_228 * d226)
-            d269 = (cse_228 * d227)
-            d270 = (cse_228 * d228)
-            d271 = (cse_228 * d229)
-            d272 = (cse_228 * d230)
-            d273 = ((cse_228 * d231) + (K4 * cse_220))
-            d274 = (cse_43 * d226)
-            d275 = (cse_43 * d227)
-            d276 = (cse_43 * d228)
-            d277 = (cse_43 * d229)
-            d278 = (cse_43 * d230)
-            d279 = (cse_219 + (cse_43 * d231))
-            d280 = (cse_272 + (cse_230 * cse_232) + (cse_248 * d232))
-            d281 = (cse_272 + (cse_232 * cse_243) + (cse_248 * d233))
-            d282 = (cse_272 + (cse_232 * cse_244) + (cse_248 * d234))
-            d283 = ((cse_232 * cse_245) + (cse_250 * d235))
-            d284 = ((cse_232 * cse_246) + (cse_250 * d236))
-            d285 = ((cse_232 * cse_247) + (cse_250 * d237))
-            d286 = (cse_275 + (cse_248 * d238) - (cse_230 * cse_273))
-            d287 = (cse_275 + (cse_248 * d239) - (cse_243 * cse_273))
-            d288 = (cse_275 + (cse_248 * d240) - (cse_244 * cse_273))
-            d289 = ((cse_250 * d241) - (cse_245 * cse_273))
-            d290 = ((cse_250 * d242) - (cse_246 * cse_273))
-            d291 = ((cse_250 * d243) - (cse_247 * cse_273))
-            d292 = (cse_248 * d244)
-            d293 = (cse_248 * d245)
-            d294 = (cse_248 * d246)
-            d295 = (cse_250 * d247)
-            d296 = (cse_250 * d248)
-            d297 = (cse_250 * d249)
-            d298 = (cse_248 * d250)
-            d299 = (cse_248 * d251)
-            d300 = (cse_248 * d252)
-            d301 = (cse_250 * d253)
-            d302 = (cse_250 * d254)
-            d303 = (cse_250 * d255)
-            d304 = (cse_248 * d256)
-            d305 = (cse_248 * d257)
-            d306 = (cse_248 * d258)
-            d307 = (cse_250 * d259)
-            d308 = (cse_250 * d260)
-            d309 = (cse_250 * d261)
-            d310 = (cse_248 * d262)
-            d311 = (cse_248 * d263)
-            d312 = (cse_248 * d264)
-            d313 = (cse_250 * d265)
-            d314 = (cse_250 * d266)
-            d315 = (cse_250 * d267)
+            dcse_147 = (dcse_146 * dcse_264)
+            dcse_148 = (cse_21 * cse_21)
+            dcse_149 = (dcse_148 * nx_0)
+            dcse_150 = ((K2 * dcse_149) - (cse_21 * dcse_147))
+            dcse_151 = (dcse_150 * dcse_62)
+            dcse_152 = (cse_31 * dcse_151)
+            dcse_153 = ((K7 * dcse_149) - (K7 * cse_21 * cse_30 * dcse_264))
+            dcse_154 = (p_E * dcse_50 * (dcse_262 * dcse_262))
+            dcse_155 = (-dcse_153 * dcse_154)
+            dcse_156 = (cse_31 * dcse_155)
+            dcse_157 = (K3 * dcse_149)
+            dcse_158 = (dcse_264 * old_state_internal_ep)
+            dcse_159 = (dcse_157 + (dcse_131 * dcse_158))
+            dcse_160 = (dcse_159 * dcse_50)
+            dcse_161 = (cse_31 * dcse_160)
+            dcse_162 = (dcse_50 * state_internal_gamma_rate_root)
+            dcse_163 = (cse_31 * dcse_162)
+            dcse_164 = (dcse_163 * dcse_87)
+            dcse_165 = (dcse_163 * dcse_97)
+            dcse_166 = (dcse_106 * dcse_148)
+            dcse_167 = (cse_21 + dcse_166)
+            dcse_260 = tl.where(state_internal_gamma_rate_root > 0.0, (nx_0 * tl.log(state_internal_gamma_rate_root)), K6)
+            dcse_168 = (cse_31 * dcse_260)
+            dcse_169 = (dcse_167 * dcse_168)
+            dcse_194 = (cse_233 * dcse_58)
+            dcse_197 = (cse_233 * dcse_70)
+            dcse_200 = (cse_233 * dcse_73)
+            dcse_203 = (cse_233 * dcse_76)
+            dcse_222 = (cse_236 * cse_240)
+            dcse_223 = (-dcse_150 * dcse_62)
+            dcse_224 = (cse_233 * dcse_223)
+            dcse_225 = (cse_31 * dcse_224)
+            dcse_226 = (p_E * (cse_232 * cse_232))
+            dcse_227 = (dcse_153 * dcse_154)
+            dcse_228 = (cse_233 * dcse_227)
+            dcse_229 = (cse_31 * dcse_228)
+            dcse_230 = (-dcse_159 * dcse_50)
+            dcse_231 = (cse_233 * dcse_230)
+            dcse_232 = (cse_31 * dcse_231)
+            dcse_233 = (-dcse_167 * dcse_168)
+            dcse_234 = (cse_233 * dcse_233)
+            dcse_241 = (cse_233 * cse_236)
+            dcse_261 = ((cse_239 * dcse_241) - (dcse_222 * dcse_226) + (cse_237 * dcse_241 * (cse_239 * cse_239)))
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
             _row15 = _mc_row32(
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d55, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d57, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d59, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d61, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d63, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d65, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d88, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d94, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d100, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d101, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d102, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d103, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d104, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d105, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d136, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d67, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d69, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d71, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d73, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d75, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d77, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d89, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d95, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d106, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d107, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d108, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d109, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d110, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d111, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d137, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d47, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d49, K0), BLOCK)
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_45 + (dcse_235 * dcse_59)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_61 + (dcse_237 * dcse_59)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_61 + (dcse_238 * dcse_59)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_14 * dcse_69), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_15 * dcse_69), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_16 * dcse_69), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_108, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_115, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_266, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_267, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_268, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_269, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_270, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_271, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (p_K * dcse_133), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_61 + (dcse_235 * dcse_71)), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_45 + (dcse_237 * dcse_71)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_61 + (dcse_238 * dcse_71)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_14 * dcse_72), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_15 * dcse_72), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_16 * dcse_72), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_109, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_116, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_272, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_273, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_274, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_275, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_276, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_277, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_136, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_61 + (dcse_235 * dcse_74)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_61 + (dcse_237 * dcse_74)), K0), BLOCK)
             _k16 = tl.arange(0, 32)[None, :]
             tl.store(J + row[:, None] * j_stride + _k16 + (_k16 // 15) * (6 * (V // 8)), _row15, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row17 = _mc_row32(
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d51, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d53, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d39, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d41, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d90, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d96, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d112, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d113, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d114, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d115, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d116, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d117, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d138, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d43, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d45, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d15, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d17, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d19, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d21, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d91, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d97, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d118, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d119, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d120, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d121, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d122, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d123, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d139, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d7, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d9, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d11, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d13, K0), BLOCK)
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_45 + (dcse_238 * dcse_74)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_14 * dcse_75), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_15 * dcse_75), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_16 * dcse_75), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_110, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_117, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_278, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_279, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_280, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_281, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_282, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_283, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_139, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_78, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_79, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_80, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_33 + (cse_21 * dcse_83)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_85, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_86, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_111, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_118, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_121 * dcse_235), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_121 * dcse_237), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_121 * dcse_238), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_239 + (cse_21 * dcse_82)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_123, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_124, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_141, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_89, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_90, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_91, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_85, K0), BLOCK)
             _k18 = tl.arange(0, 32)[None, :] + 32
             tl.store(J + row[:, None] * j_stride + _k18 + (_k18 // 15) * (6 * (V // 8)), _row17, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row19 = _mc_row32(
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d23, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d25, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d92, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d98, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d124, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d125, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d126, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d127, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d128, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d129, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d140, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d27, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d29, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d31, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d33, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d35, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d37, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d93, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d99, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d130, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d131, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d132, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d133, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d134, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d135, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d141, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d142, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d143, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d144, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d145, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d146, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d147, K0), BLOCK)
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_33 + (cse_21 * dcse_94)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_96, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_112, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_119, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_125 * dcse_235), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_125 * dcse_237), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_125 * dcse_238), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_123, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_239 + (cse_21 * dcse_93)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_126, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_143, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_99, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_100, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_101, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_86, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_96, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_33 + (cse_21 * dcse_104)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_113, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_120, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_127 * dcse_235), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_127 * dcse_237), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_127 * dcse_238), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_124, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_126, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_239 + (cse_21 * dcse_103)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_145, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (-dcse_174), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (-dcse_175), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (-dcse_176), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (-dcse_178), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (-dcse_179), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (-dcse_180), K0), BLOCK)
             _k20 = tl.arange(0, 32)[None, :] + 64
             tl.store(J + row[:, None] * j_stride + _k20 + (_k20 // 15) * (6 * (V // 8)), _row19, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row21 = _mc_row32(
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d148, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d149, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d150, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d151, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d152, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d153, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d154, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d155, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d156, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d157, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d158, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d159, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d160, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d161, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d162, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d163, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d164, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d165, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d166, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d167, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d168, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d169, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d170, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d171, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d56, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d58, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d60, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d62, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d64, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d66, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d172, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d178, K0), BLOCK)
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_182, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (-dcse_182), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_174, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_175, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_176, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_178, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_179, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_180, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (K5 + (cse_21 * dcse_183 * dcse_51)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (-dcse_185), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (-dcse_186), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (-dcse_187), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (-dcse_189), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (-dcse_190), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (-dcse_191), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_181, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (-dcse_181), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_185, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_186, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_187, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_189, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_190, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_191, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (p_K * dcse_193), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_333 + (dcse_294 * dcse_322)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_334 + (dcse_294 * dcse_323)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_334 + (dcse_294 * dcse_324)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_14 * dcse_295), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_15 * dcse_295), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_16 * dcse_295), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * dcse_115), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * dcse_108), K0), BLOCK)
             _k22 = tl.arange(0, 32)[None, :] + 96
             tl.store(J + row[:, None] * j_stride + _k22 + (_k22 // 15) * (6 * (V // 8)), _row21, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row23 = _mc_row32(
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d184, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d185, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d186, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d187, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d188, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d189, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d220, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d68, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d70, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d72, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d74, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d76, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d78, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d173, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d179, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d190, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d191, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d192, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d193, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d194, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d195, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d221, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d48, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d50, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d52, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d54, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d40, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d42, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d174, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d180, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d196, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d197, K0), BLOCK)
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_241 * (-dcse_272 - dcse_278)) - (dcse_240 * dcse_266)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_241 * (-dcse_273 - dcse_279)) - (dcse_240 * dcse_267)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_241 * (-dcse_274 - dcse_280)) - (dcse_240 * dcse_268)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_241 * (-dcse_275 - dcse_281)) - (dcse_240 * dcse_269)), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_241 * (-dcse_276 - dcse_282)) - (dcse_240 * dcse_270)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_241 * (-dcse_277 - dcse_283)) - (dcse_240 * dcse_271)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (-p_K * dcse_221), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_334 + (dcse_297 * dcse_322)), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_333 + (dcse_297 * dcse_323)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_334 + (dcse_297 * dcse_324)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_14 * dcse_298), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_15 * dcse_298), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_16 * dcse_298), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * dcse_116), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * dcse_109), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_241 * (-dcse_266 - dcse_278)) - (dcse_240 * dcse_272)), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_241 * (-dcse_267 - dcse_279)) - (dcse_240 * dcse_273)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_241 * (-dcse_268 - dcse_280)) - (dcse_240 * dcse_274)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_241 * (-dcse_269 - dcse_281)) - (dcse_240 * dcse_275)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_241 * (-dcse_270 - dcse_282)) - (dcse_240 * dcse_276)), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_241 * (-dcse_271 - dcse_283)) - (dcse_240 * dcse_277)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (-cse_233 * dcse_136), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_334 + (dcse_300 * dcse_322)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_334 + (dcse_300 * dcse_323)), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_333 + (dcse_300 * dcse_324)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_14 * dcse_301), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_15 * dcse_301), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_16 * dcse_301), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * dcse_117), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * dcse_110), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_241 * (-dcse_266 - dcse_272)) - (dcse_240 * dcse_278)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_241 * (-dcse_267 - dcse_273)) - (dcse_240 * dcse_279)), K0), BLOCK)
             _k24 = tl.arange(0, 32)[None, :] + 128
             tl.store(J + row[:, None] * j_stride + _k24 + (_k24 // 15) * (6 * (V // 8)), _row23, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row25 = _mc_row32(
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d198, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d199, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d200, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d201, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d222, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d44, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d46, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d16, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d18, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d20, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d22, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d175, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d181, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d202, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d203, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d204, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d205, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d206, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d207, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d223, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d8, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d10, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d12, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d14, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d24, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d26, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d176, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d182, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d208, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d209, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d210, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d211, K0), BLOCK)
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_241 * (-dcse_268 - dcse_274)) - (dcse_240 * dcse_280)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_241 * (-dcse_269 - dcse_275)) - (dcse_240 * dcse_281)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_241 * (-dcse_270 - dcse_276)) - (dcse_240 * dcse_282)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_241 * (-dcse_271 - dcse_277)) - (dcse_240 * dcse_283)), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (-cse_233 * dcse_139), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_303 * dcse_322), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_303 * dcse_323), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_303 * dcse_324), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * (dcse_331 + (cse_21 * ((cse_22 * dcse_309) + (dcse_307 * (cse_14 * cse_14)))))), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_311, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_312, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * dcse_118), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * dcse_111), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * dcse_78), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * dcse_79), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * dcse_80), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * (-dcse_239 + (cse_21 * dcse_83))), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_216, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_217, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (-cse_233 * dcse_141), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_314 * dcse_322), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_314 * dcse_323), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_314 * dcse_324), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_311, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * (dcse_331 + (cse_21 * ((cse_23 * dcse_309) + (dcse_307 * (cse_15 * cse_15)))))), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_315, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * dcse_119), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * dcse_112), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * dcse_89), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * dcse_90), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * dcse_91), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_216, K0), BLOCK)
             _k26 = tl.arange(0, 32)[None, :] + 160
             tl.store(J + row[:, None] * j_stride + _k26 + (_k26 // 15) * (6 * (V // 8)), _row25, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _zero27 = tl.zeros([BLOCK], dtype=DTYPE)
             _row28 = _mc_row32(
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d212, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d213, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d224, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d28, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d30, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d32, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d34, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d36, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d38, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d177, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d183, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d214, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d215, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d216, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d217, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d218, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d219, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d225, K0), _zero27, _zero27,
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * (-dcse_239 + (cse_21 * dcse_94))), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_218, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (-cse_233 * dcse_143), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_316 * dcse_322), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_316 * dcse_323), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_316 * dcse_324), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_312, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_315, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * (dcse_331 + (cse_21 * ((cse_24 * dcse_309) + (dcse_307 * (cse_16 * cse_16)))))), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * dcse_120), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * dcse_113), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * dcse_99), K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * dcse_100), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * dcse_101), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_217, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_218, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_233 * (-dcse_239 + (cse_21 * dcse_104))), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (-cse_233 * dcse_145), K0), _zero27, _zero27,
                 _zero27, _zero27, _zero27, _zero27,
                 _zero27, _zero27, _zero27, _zero27,
                 _zero27, _zero27, _zero27, _zero27, BLOCK)
@@ -1706,34 +1426,34 @@ if triton is not None:
             tl.store(J + row[:, None] * j_stride + _k29 + (_k29 // 15) * (6 * (V // 8)), _row28, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 18))
             if V & 8:
                 _row30 = _mc_row32(
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d232, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d238, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d244, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d250, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d256, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d262, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d233, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d239, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d245, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d251, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d257, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d263, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d234, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d240, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d246, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d252, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d258, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d264, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d235, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d241, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d247, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d253, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d259, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d265, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d236, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d242, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d248, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d254, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d260, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d266, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d237, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d243, K0), BLOCK)
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_128 * dcse_151), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_128 * dcse_155), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_133, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_128 * dcse_160), K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_163 * dcse_58), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_20 * dcse_169), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_27 * dcse_152), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_134 * dcse_155), K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_135, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_27 * dcse_161), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_163 * dcse_70), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_27 * dcse_169), K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_29 * dcse_152), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_29 * dcse_156), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_138, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_29 * dcse_161), K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_163 * dcse_73), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_29 * dcse_169), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_14 * dcse_152), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_14 * dcse_156), K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_140, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_14 * dcse_161), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_163 * dcse_76), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_14 * dcse_169), K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_15 * dcse_152), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_15 * dcse_156), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_142, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_15 * dcse_161), K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_164, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_15 * dcse_169), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_16 * dcse_152), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_16 * dcse_156), K0), BLOCK)
                 _k31 = tl.arange(0, 32)[None, :]
                 tl.store(J + row[:, None] * j_stride + (_k31 // 6) * 21 + 15 + _k31 % 6, _row30, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
                 _row32 = _mc_row32(
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d249, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d255, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d261, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d267, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d268, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d269, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d270, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d271, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d272, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d273, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d274, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d275, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d276, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d277, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d278, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d279, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d280, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d286, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d292, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d298, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d304, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d310, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d281, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d287, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d293, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d299, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d305, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d311, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d282, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d288, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d294, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d300, K0), BLOCK)
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_144, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_16 * dcse_161), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_165, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_16 * dcse_169), K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_171 * (dcse_157 - (K3 * cse_21 * cse_30 * dcse_264))), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (K9 * dcse_154 * (-(K8 * dcse_149) + (K8 * cse_21 * cse_30 * dcse_264))), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_170 * dcse_51), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_50 * ((dcse_158 * dcse_170) + (K10 * dcse_149))), K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_131 * dcse_162), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (K9 * dcse_260 * (dcse_130 + (K1 * dcse_166))), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_62 * (-dcse_147 + (K2 * dcse_105))), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_154 * (-(K7 * dcse_105) + (K7 * cse_30 * dcse_264))), K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_193, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_50 * ((K3 * dcse_105) + (K4 * dcse_158))), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), dcse_162, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_260 * (K5 + (cse_21 * dcse_106))), K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_232 * (cse_230 + dcse_222)) + (dcse_220 * dcse_223)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_261 + (dcse_220 * dcse_227) - (cse_230 * dcse_226)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (-dcse_221), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_220 * dcse_230), K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), (-dcse_163 * dcse_194), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_219 * dcse_233), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_232 * (cse_243 + dcse_222)) + (dcse_134 * dcse_224)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_261 + (dcse_134 * dcse_228) - (cse_243 * dcse_226)), K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), (-cse_233 * dcse_135), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_134 * dcse_231), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (-dcse_163 * dcse_197), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_27 * dcse_234), K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_232 * (cse_244 + dcse_222)) + (cse_29 * dcse_225)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (dcse_261 + (cse_29 * dcse_229) - (cse_244 * dcse_226)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (-cse_233 * dcse_138), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_29 * dcse_232), K0), BLOCK)
                 _k33 = tl.arange(0, 32)[None, :] + 32
                 tl.store(J + row[:, None] * j_stride + (_k33 // 6) * 21 + 15 + _k33 % 6, _row32, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
                 _zero34 = tl.zeros([BLOCK], dtype=DTYPE)
                 _row35 = _mc_row32(
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d306, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d312, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d283, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d289, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d295, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d301, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d307, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d313, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d284, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d290, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d296, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d302, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d308, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d314, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d285, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d291, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d297, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d303, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d309, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d315, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), (-dcse_163 * dcse_200), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_29 * dcse_234), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_14 * dcse_225) + (cse_232 * cse_245)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_14 * dcse_229) - (cse_245 * dcse_226)), K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), (-cse_233 * dcse_140), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_14 * dcse_232), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (-dcse_163 * dcse_203), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_14 * dcse_234), K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_15 * dcse_225) + (cse_232 * cse_246)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_15 * dcse_229) - (cse_246 * dcse_226)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (-cse_233 * dcse_142), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_15 * dcse_232), K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), (-cse_233 * dcse_164), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_15 * dcse_234), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_16 * dcse_225) + (cse_232 * cse_247)), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), ((cse_16 * dcse_229) - (cse_247 * dcse_226)), K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), (-cse_233 * dcse_144), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_16 * dcse_232), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (-cse_233 * dcse_165), K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), (cse_16 * dcse_234), K0),
                     _zero34, _zero34, _zero34, _zero34,
                     _zero34, _zero34, _zero34, _zero34,
                     _zero34, _zero34, _zero34, _zero34, BLOCK)
@@ -1937,7 +1657,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         mc_z[l] = z;
     }
     real o_y[14 * MC_W];
-    real o_j[294 * MC_W];
+    real o_j[285 * MC_W];
     int o_c[MC_W], o_it[MC_W];
     real o_r[MC_W];
     real
@@ -2101,593 +1821,552 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         o_y[12 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? state_S_4 : MC_NAN;
         const real state_S_5 = (cse_233 * cse_247);
         o_y[13 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? state_S_5 : MC_NAN;
-        const real cse_42 = (((real)0.6666666666666666) * cse_33);
-        const real cse_43 = (p_n * nx_1);
-        const real cse_44 = (cse_21 * cse_43);
-        const real cse_45 = (cse_31 * cse_44);
-        const real cse_46 = (cse_20 * cse_45);
-        const real cse_47 = (cse_26 + cse_28 - (((real)1.3333333333333333) * cse_0));
-        const real cse_48 = (cse_21 * nx_0);
-        const real cse_49 = (((real)2.0) * cse_30);
-        const real cse_50 = mc_sdiv(((real)1.0), cse_49);
-        const real cse_51 = ((nx_0 == 0 ? ((real)0.0) : cse_50) * (nx_0 == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (cse_30 * cse_30))));
-        const real cse_52 = (cse_48 * cse_51);
-        const real cse_53 = (cse_20 * cse_52);
-        const real cse_55 = (((real)0.3333333333333333) * cse_33);
-        const real cse_56 = (cse_17 + cse_28 - (((real)1.3333333333333333) * cse_1));
-        const real cse_58 = (cse_17 + cse_26 - (((real)1.3333333333333333) * cse_2));
-        const real cse_60 = (((real)2.0) * cse_48);
-        const real cse_61 = (cse_51 * cse_60);
-        const real cse_62 = (cse_20 * cse_61);
-        const real cse_63 = (cse_14 * cse_62);
-        const real cse_65 = (cse_15 * cse_62);
-        const real cse_67 = (cse_16 * cse_62);
-        const real cse_69 = (cse_27 * cse_45);
-        const real cse_70 = (cse_27 * cse_52);
-        const real cse_74 = (cse_27 * cse_61);
-        const real cse_75 = (cse_14 * cse_74);
-        const real cse_77 = (cse_15 * cse_74);
-        const real cse_79 = (cse_16 * cse_74);
-        const real cse_81 = (cse_29 * cse_45);
-        const real cse_82 = (cse_29 * cse_52);
-        const real cse_86 = (cse_29 * cse_61);
-        const real cse_87 = (cse_14 * cse_86);
-        const real cse_89 = (cse_15 * cse_86);
-        const real cse_91 = (cse_16 * cse_86);
-        const real cse_93 = (cse_14 * cse_45);
-        const real cse_94 = (cse_14 * cse_52);
-        const real cse_98 = (cse_22 * cse_61);
-        const real cse_100 = (cse_14 * cse_61);
-        const real cse_101 = (cse_100 * cse_15);
-        const real cse_103 = (cse_100 * cse_16);
-        const real cse_105 = (cse_15 * cse_45);
-        const real cse_106 = (cse_15 * cse_52);
-        const real cse_111 = (cse_23 * cse_61);
-        const real cse_113 = (cse_15 * cse_16 * cse_61);
-        const real cse_115 = (cse_16 * cse_45);
-        const real cse_116 = (cse_16 * cse_52);
-        const real cse_122 = (cse_24 * cse_61);
-        const real cse_248 = (-cse_233);
-        const real cse_249 = (cse_233 + cse_241);
-        const real cse_250 = (-cse_233);
-        const real cse_276 = (((real)2.0) + cse_237);
-        const real cse_277 = (((real)1.0) / cse_276);
-        const real cse_278 = (p_E * cse_277);
-        const real cse_279 = (((real)2.0) * cse_278);
-        const real cse_280 = (cse_279 + (((real)0.6666666666666666) * p_K));
-        const real cse_281 = (((cse_278 * cse_49) - (((real)0.816496580927726) * (p_sigma_y + (p_K * old_state_internal_ep)))) > 0 ? 1 : 0);
-        const real cse_282 = (cse_281 * cse_50);
-        const real cse_283 = (cse_279 * cse_282);
-        const real cse_284 = (((real)4.0) * cse_278 * cse_282);
-        const real cse_285 = (cse_14 * cse_284);
-        const real cse_286 = (cse_15 * cse_284);
-        const real cse_287 = (cse_16 * cse_284);
-        const real ls1_1 = (-p_eta - (cse_280 * cse_44));
-        const real ls1_2 = (((real)1.0) / ls1_1);
-        const real ls1_3 = (-cse_283 * cse_47);
-        const real ls1_4 = (-cse_283 * cse_56);
-        const real ls1_5 = (-cse_283 * cse_58);
-        const real ls1_6 = (-cse_285);
-        const real ls1_7 = (-cse_286);
-        const real ls1_8 = (-cse_287);
-        const real ls1_9 = (ls1_3 * ls1_2);
-        const real ls1_10 = (ls1_4 * ls1_2);
-        const real ls1_11 = (ls1_5 * ls1_2);
-        const real ls1_12 = (ls1_6 * ls1_2);
-        const real ls1_13 = (ls1_7 * ls1_2);
-        const real ls1_14 = (ls1_8 * ls1_2);
-        const real d1 = ls1_9;
-        const real d2 = ls1_10;
-        const real d3 = ls1_11;
-        const real d4 = ls1_12;
-        const real d5 = ls1_13;
-        const real d6 = ls1_14;
-        const real d7 = (cse_42 + (cse_46 * d1) - (cse_47 * cse_53));
-        if (V & 14) if (V & 12) o_j[36 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d7 : MC_NAN;
-        const real d8 = (-cse_55 + (cse_46 * d2) - (cse_53 * cse_56));
-        if (V & 14) if (V & 12) o_j[37 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d8 : MC_NAN;
-        const real d9 = (-cse_55 + (cse_46 * d3) - (cse_53 * cse_58));
-        if (V & 14) if (V & 12) o_j[38 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d9 : MC_NAN;
-        const real d10 = (-cse_63 + (cse_46 * d4));
-        if (V & 14) if (V & 12) o_j[39 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d10 : MC_NAN;
-        const real d11 = (-cse_65 + (cse_46 * d5));
-        if (V & 14) if (V & 12) o_j[40 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d11 : MC_NAN;
-        const real d12 = (-cse_67 + (cse_46 * d6));
-        if (V & 14) if (V & 12) o_j[41 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d12 : MC_NAN;
-        const real d13 = (-cse_55 + (cse_69 * d1) - (cse_47 * cse_70));
-        if (V & 14) if (V & 12) o_j[51 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d13 : MC_NAN;
-        const real d14 = (cse_42 + (cse_69 * d2) - (cse_56 * cse_70));
-        if (V & 14) if (V & 12) o_j[52 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d14 : MC_NAN;
-        const real d15 = (-cse_55 + (cse_69 * d3) - (cse_58 * cse_70));
-        if (V & 14) if (V & 12) o_j[53 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d15 : MC_NAN;
-        const real d16 = (-cse_75 + (cse_69 * d4));
-        if (V & 14) if (V & 12) o_j[54 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d16 : MC_NAN;
-        const real d17 = (-cse_77 + (cse_69 * d5));
-        if (V & 14) if (V & 12) o_j[55 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d17 : MC_NAN;
-        const real d18 = (-cse_79 + (cse_69 * d6));
-        if (V & 14) if (V & 12) o_j[56 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d18 : MC_NAN;
-        const real d19 = (-cse_55 + (cse_81 * d1) - (cse_47 * cse_82));
-        if (V & 14) if (V & 12) o_j[66 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d19 : MC_NAN;
-        const real d20 = (-cse_55 + (cse_81 * d2) - (cse_56 * cse_82));
-        if (V & 14) if (V & 12) o_j[67 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d20 : MC_NAN;
-        const real d21 = (cse_42 + (cse_81 * d3) - (cse_58 * cse_82));
-        if (V & 14) if (V & 12) o_j[68 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d21 : MC_NAN;
-        const real d22 = (-cse_87 + (cse_81 * d4));
-        if (V & 14) if (V & 12) o_j[69 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d22 : MC_NAN;
-        const real d23 = (-cse_89 + (cse_81 * d5));
-        if (V & 14) if (V & 12) o_j[70 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d23 : MC_NAN;
-        const real d24 = (-cse_91 + (cse_81 * d6));
-        if (V & 14) if (V & 12) o_j[71 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d24 : MC_NAN;
-        const real d25 = ((cse_93 * d1) - (cse_47 * cse_94));
-        if (V & 14) if (V & 12) o_j[81 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d25 : MC_NAN;
-        const real d26 = ((cse_93 * d2) - (cse_56 * cse_94));
-        if (V & 14) if (V & 12) o_j[82 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d26 : MC_NAN;
-        const real d27 = ((cse_93 * d3) - (cse_58 * cse_94));
-        if (V & 14) if (V & 12) o_j[83 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d27 : MC_NAN;
-        const real d28 = (cse_33 - cse_98 + (cse_93 * d4));
-        if (V & 14) if (V & 12) o_j[84 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d28 : MC_NAN;
-        const real d29 = (-cse_101 + (cse_93 * d5));
-        if (V & 14) if (V & 12) o_j[85 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d29 : MC_NAN;
-        const real d30 = (-cse_103 + (cse_93 * d6));
-        if (V & 14) if (V & 12) o_j[86 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d30 : MC_NAN;
-        const real d31 = ((cse_105 * d1) - (cse_106 * cse_47));
-        if (V & 14) if (V & 12) o_j[96 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d31 : MC_NAN;
-        const real d32 = ((cse_105 * d2) - (cse_106 * cse_56));
-        if (V & 14) if (V & 12) o_j[97 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d32 : MC_NAN;
-        const real d33 = ((cse_105 * d3) - (cse_106 * cse_58));
-        if (V & 14) if (V & 12) o_j[98 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d33 : MC_NAN;
-        const real d34 = (-cse_101 + (cse_105 * d4));
-        if (V & 14) if (V & 12) o_j[99 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d34 : MC_NAN;
-        const real d35 = (cse_33 - cse_111 + (cse_105 * d5));
-        if (V & 14) if (V & 12) o_j[100 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d35 : MC_NAN;
-        const real d36 = (-cse_113 + (cse_105 * d6));
-        if (V & 14) if (V & 12) o_j[101 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d36 : MC_NAN;
-        const real d37 = ((cse_115 * d1) - (cse_116 * cse_47));
-        if (V & 14) if (V & 12) o_j[111 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d37 : MC_NAN;
-        const real d38 = ((cse_115 * d2) - (cse_116 * cse_56));
-        if (V & 14) if (V & 12) o_j[112 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d38 : MC_NAN;
-        const real d39 = ((cse_115 * d3) - (cse_116 * cse_58));
-        if (V & 14) if (V & 12) o_j[113 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d39 : MC_NAN;
-        const real d40 = (-cse_103 + (cse_115 * d4));
-        if (V & 14) if (V & 12) o_j[114 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d40 : MC_NAN;
-        const real d41 = (-cse_113 + (cse_115 * d5));
-        if (V & 14) if (V & 12) o_j[115 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d41 : MC_NAN;
-        const real d42 = (cse_33 - cse_122 + (cse_115 * d6));
-        if (V & 14) if (V & 12) o_j[116 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d42 : MC_NAN;
-        if (V & 14) o_j[0 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_249 + (cse_248 * d7)) : MC_NAN;
-        if (V & 14) o_j[1 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_241 + (cse_248 * d8)) : MC_NAN;
-        if (V & 14) o_j[2 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_241 + (cse_248 * d9)) : MC_NAN;
-        if (V & 14) o_j[3 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d10) : MC_NAN;
-        if (V & 14) o_j[4 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d11) : MC_NAN;
-        if (V & 14) o_j[5 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d12) : MC_NAN;
-        if (V & 14) o_j[6 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_241 + (cse_248 * d13)) : MC_NAN;
-        if (V & 14) o_j[7 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_249 + (cse_248 * d14)) : MC_NAN;
-        if (V & 14) o_j[8 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_241 + (cse_248 * d15)) : MC_NAN;
-        if (V & 14) o_j[9 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d16) : MC_NAN;
-        if (V & 14) o_j[10 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d17) : MC_NAN;
-        if (V & 14) o_j[11 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d18) : MC_NAN;
-        if (V & 14) o_j[12 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_241 + (cse_248 * d19)) : MC_NAN;
-        if (V & 14) o_j[13 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_241 + (cse_248 * d20)) : MC_NAN;
-        if (V & 14) o_j[14 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_249 + (cse_248 * d21)) : MC_NAN;
-        if (V & 14) o_j[15 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d22) : MC_NAN;
-        if (V & 14) o_j[16 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d23) : MC_NAN;
-        if (V & 14) o_j[17 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d24) : MC_NAN;
-        if (V & 14) o_j[18 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d25) : MC_NAN;
-        if (V & 14) o_j[19 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d26) : MC_NAN;
-        if (V & 14) o_j[20 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d27) : MC_NAN;
-        if (V & 14) o_j[21 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 + (cse_250 * d28)) : MC_NAN;
-        if (V & 14) o_j[22 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d29) : MC_NAN;
-        if (V & 14) o_j[23 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d30) : MC_NAN;
-        if (V & 14) o_j[24 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d31) : MC_NAN;
-        if (V & 14) o_j[25 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d32) : MC_NAN;
-        if (V & 14) o_j[26 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d33) : MC_NAN;
-        if (V & 14) o_j[27 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d34) : MC_NAN;
-        if (V & 14) o_j[28 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 + (cse_250 * d35)) : MC_NAN;
-        if (V & 14) o_j[29 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d36) : MC_NAN;
-        if (V & 14) o_j[30 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d37) : MC_NAN;
-        if (V & 14) o_j[31 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d38) : MC_NAN;
-        if (V & 14) o_j[32 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d39) : MC_NAN;
-        if (V & 14) o_j[33 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d40) : MC_NAN;
-        if (V & 14) o_j[34 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d41) : MC_NAN;
-        if (V & 14) o_j[35 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 + (cse_250 * d42)) : MC_NAN;
-        const real cse_124 = (cse_20 * cse_32);
-        const real cse_126 = (cse_27 * cse_32);
-        const real cse_128 = (cse_29 * cse_32);
-        const real cse_130 = (cse_14 * cse_32);
-        const real cse_132 = (cse_15 * cse_32);
-        const real cse_134 = (cse_16 * cse_32);
-        const real cse_142 = (-cse_47);
-        const real cse_143 = (((real)1.0) - cse_42);
-        const real cse_145 = (-cse_56);
-        const real cse_147 = (-cse_58);
-        const real cse_167 = (((real)1.0) - cse_33);
-        const real cse_228 = (((real)0.816496580927726) * cse_44);
-        const real cse_251 = (-cse_241);
-        const real cse_254 = (-cse_249);
-        const real cse_288 = (cse_280 * nx_0);
-        const real cse_289 = (((real)0.816496580927726) * cse_281);
-        const real ls2_1 = (-p_eta - (cse_280 * cse_44));
-        const real ls2_2 = (((real)1.0) / ls2_1);
-        const real ls2_3 = (-cse_288);
-        const real ls2_4 = (-cse_142 * cse_283);
-        const real ls2_5 = (-cse_145 * cse_283);
-        const real ls2_6 = (-cse_147 * cse_283);
-        const real ls2_7 = (p_K * cse_289);
-        const real ls2_8 = (cse_288 * ls2_2);
-        const real ls2_9 = (ls2_3 * ls2_2);
-        const real ls2_10 = (ls2_4 * ls2_2);
-        const real ls2_11 = (ls2_5 * ls2_2);
-        const real ls2_12 = (ls2_6 * ls2_2);
-        const real ls2_13 = (cse_285 * ls2_2);
-        const real ls2_14 = (cse_286 * ls2_2);
-        const real ls2_15 = (cse_287 * ls2_2);
-        const real ls2_16 = (ls2_7 * ls2_2);
-        const real d43 = ls2_8;
-        const real d44 = ls2_9;
-        const real d45 = ls2_10;
-        const real d46 = ls2_11;
-        const real d47 = ls2_12;
-        const real d48 = ls2_13;
-        const real d49 = ls2_14;
-        const real d50 = ls2_15;
-        const real d51 = ls2_16;
-        const real d52 = (cse_124 + (cse_46 * d43));
-        if (V & 12) o_j[42 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d52 : MC_NAN;
-        const real d53 = (cse_126 + (cse_69 * d43));
-        if (V & 12) o_j[57 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d53 : MC_NAN;
-        const real d54 = (cse_128 + (cse_81 * d43));
-        if (V & 12) o_j[72 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d54 : MC_NAN;
-        const real d55 = (cse_130 + (cse_93 * d43));
-        if (V & 12) o_j[87 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d55 : MC_NAN;
-        const real d56 = (cse_132 + (cse_105 * d43));
-        if (V & 12) o_j[102 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d56 : MC_NAN;
-        const real d57 = (cse_134 + (cse_115 * d43));
-        if (V & 12) o_j[117 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d57 : MC_NAN;
-        const real d58 = (-cse_124 + (cse_46 * d44));
-        if (V & 12) o_j[43 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d58 : MC_NAN;
-        const real d59 = (-cse_126 + (cse_69 * d44));
-        if (V & 12) o_j[58 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d59 : MC_NAN;
-        const real d60 = (-cse_128 + (cse_81 * d44));
-        if (V & 12) o_j[73 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d60 : MC_NAN;
-        const real d61 = (-cse_130 + (cse_93 * d44));
-        if (V & 12) o_j[88 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d61 : MC_NAN;
-        const real d62 = (-cse_132 + (cse_105 * d44));
-        if (V & 12) o_j[103 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d62 : MC_NAN;
-        const real d63 = (-cse_134 + (cse_115 * d44));
-        if (V & 12) o_j[118 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d63 : MC_NAN;
-        const real d64 = (cse_143 + (cse_46 * d45) - (cse_142 * cse_53));
-        if (V & 12) o_j[44 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d64 : MC_NAN;
-        const real d65 = (cse_55 + (cse_46 * d46) - (cse_145 * cse_53));
-        if (V & 12) o_j[45 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d65 : MC_NAN;
-        const real d66 = (cse_55 + (cse_46 * d47) - (cse_147 * cse_53));
-        if (V & 12) o_j[46 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d66 : MC_NAN;
-        const real d67 = (cse_63 + (cse_46 * d48));
-        if (V & 12) o_j[47 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d67 : MC_NAN;
-        const real d68 = (cse_65 + (cse_46 * d49));
-        if (V & 12) o_j[48 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d68 : MC_NAN;
-        const real d69 = (cse_67 + (cse_46 * d50));
-        if (V & 12) o_j[49 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d69 : MC_NAN;
-        const real d70 = (cse_55 + (cse_69 * d45) - (cse_142 * cse_70));
-        if (V & 12) o_j[59 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d70 : MC_NAN;
-        const real d71 = (cse_143 + (cse_69 * d46) - (cse_145 * cse_70));
-        if (V & 12) o_j[60 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d71 : MC_NAN;
-        const real d72 = (cse_55 + (cse_69 * d47) - (cse_147 * cse_70));
-        if (V & 12) o_j[61 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d72 : MC_NAN;
-        const real d73 = (cse_75 + (cse_69 * d48));
-        if (V & 12) o_j[62 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d73 : MC_NAN;
-        const real d74 = (cse_77 + (cse_69 * d49));
-        if (V & 12) o_j[63 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d74 : MC_NAN;
-        const real d75 = (cse_79 + (cse_69 * d50));
-        if (V & 12) o_j[64 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d75 : MC_NAN;
-        const real d76 = (cse_55 + (cse_81 * d45) - (cse_142 * cse_82));
-        if (V & 12) o_j[74 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d76 : MC_NAN;
-        const real d77 = (cse_55 + (cse_81 * d46) - (cse_145 * cse_82));
-        if (V & 12) o_j[75 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d77 : MC_NAN;
-        const real d78 = (cse_143 + (cse_81 * d47) - (cse_147 * cse_82));
-        if (V & 12) o_j[76 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d78 : MC_NAN;
-        const real d79 = (cse_87 + (cse_81 * d48));
-        if (V & 12) o_j[77 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d79 : MC_NAN;
-        const real d80 = (cse_89 + (cse_81 * d49));
-        if (V & 12) o_j[78 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d80 : MC_NAN;
-        const real d81 = (cse_91 + (cse_81 * d50));
-        if (V & 12) o_j[79 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d81 : MC_NAN;
-        const real d82 = ((cse_93 * d45) - (cse_142 * cse_94));
-        if (V & 12) o_j[89 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d82 : MC_NAN;
-        const real d83 = ((cse_93 * d46) - (cse_145 * cse_94));
-        if (V & 12) o_j[90 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d83 : MC_NAN;
-        const real d84 = ((cse_93 * d47) - (cse_147 * cse_94));
-        if (V & 12) o_j[91 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d84 : MC_NAN;
-        const real d85 = (cse_167 + cse_98 + (cse_93 * d48));
-        if (V & 12) o_j[92 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d85 : MC_NAN;
-        const real d86 = (cse_101 + (cse_93 * d49));
-        if (V & 12) o_j[93 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d86 : MC_NAN;
-        const real d87 = (cse_103 + (cse_93 * d50));
-        if (V & 12) o_j[94 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d87 : MC_NAN;
-        const real d88 = ((cse_105 * d45) - (cse_106 * cse_142));
-        if (V & 12) o_j[104 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d88 : MC_NAN;
-        const real d89 = ((cse_105 * d46) - (cse_106 * cse_145));
-        if (V & 12) o_j[105 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d89 : MC_NAN;
-        const real d90 = ((cse_105 * d47) - (cse_106 * cse_147));
-        if (V & 12) o_j[106 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d90 : MC_NAN;
-        const real d91 = (cse_101 + (cse_105 * d48));
-        if (V & 12) o_j[107 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d91 : MC_NAN;
-        const real d92 = (cse_111 + cse_167 + (cse_105 * d49));
-        if (V & 12) o_j[108 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d92 : MC_NAN;
-        const real d93 = (cse_113 + (cse_105 * d50));
-        if (V & 12) o_j[109 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d93 : MC_NAN;
-        const real d94 = ((cse_115 * d45) - (cse_116 * cse_142));
-        if (V & 12) o_j[119 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d94 : MC_NAN;
-        const real d95 = ((cse_115 * d46) - (cse_116 * cse_145));
-        if (V & 12) o_j[120 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d95 : MC_NAN;
-        const real d96 = ((cse_115 * d47) - (cse_116 * cse_147));
-        if (V & 12) o_j[121 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d96 : MC_NAN;
-        const real d97 = (cse_103 + (cse_115 * d48));
-        if (V & 12) o_j[122 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d97 : MC_NAN;
-        const real d98 = (cse_113 + (cse_115 * d49));
-        if (V & 12) o_j[123 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d98 : MC_NAN;
-        const real d99 = (cse_122 + cse_167 + (cse_115 * d50));
-        if (V & 12) o_j[124 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d99 : MC_NAN;
-        const real d100 = (cse_46 * d51);
-        if (V & 12) o_j[50 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d100 : MC_NAN;
-        const real d101 = (cse_69 * d51);
-        if (V & 12) o_j[65 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d101 : MC_NAN;
-        const real d102 = (cse_81 * d51);
-        if (V & 12) o_j[80 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d102 : MC_NAN;
-        const real d103 = (cse_93 * d51);
-        if (V & 12) o_j[95 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d103 : MC_NAN;
-        const real d104 = (cse_105 * d51);
-        if (V & 12) o_j[110 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d104 : MC_NAN;
-        const real d105 = (cse_115 * d51);
-        if (V & 12) o_j[125 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d105 : MC_NAN;
-        const real cse_252 = (cse_251 * d70);
-        const real cse_253 = (cse_251 * d76);
-        const real cse_255 = (cse_251 * d77);
-        const real cse_256 = (cse_251 * d71);
-        const real cse_257 = (cse_251 * d72);
-        const real cse_258 = (cse_251 * d78);
-        const real cse_259 = (cse_251 * d73);
-        const real cse_260 = (cse_251 * d79);
-        const real cse_261 = (cse_251 * d74);
-        const real cse_262 = (cse_251 * d80);
-        const real cse_263 = (cse_251 * d75);
-        const real cse_264 = (cse_251 * d81);
-        const real cse_265 = (cse_251 * d64);
-        const real cse_266 = (cse_251 * d65);
-        const real cse_267 = (cse_251 * d66);
-        const real cse_268 = (cse_251 * d67);
-        const real cse_269 = (cse_251 * d68);
-        const real cse_270 = (cse_251 * d69);
-        if (V & 12) o_j[126 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_228 * d1) : MC_NAN;
-        if (V & 12) o_j[127 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_228 * d2) : MC_NAN;
-        if (V & 12) o_j[128 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_228 * d3) : MC_NAN;
-        if (V & 12) o_j[129 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_228 * d4) : MC_NAN;
-        if (V & 12) o_j[130 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_228 * d5) : MC_NAN;
-        if (V & 12) o_j[131 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_228 * d6) : MC_NAN;
-        if (V & 12) o_j[132 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_41 + (cse_228 * d43)) : MC_NAN;
-        if (V & 12) o_j[133 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-cse_41 + (cse_228 * d44)) : MC_NAN;
-        if (V & 12) o_j[134 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_228 * d45) : MC_NAN;
-        if (V & 12) o_j[135 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_228 * d46) : MC_NAN;
-        if (V & 12) o_j[136 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_228 * d47) : MC_NAN;
-        if (V & 12) o_j[137 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_228 * d48) : MC_NAN;
-        if (V & 12) o_j[138 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_228 * d49) : MC_NAN;
-        if (V & 12) o_j[139 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_228 * d50) : MC_NAN;
-        if (V & 12) o_j[140 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (((real)1.0) + (cse_228 * d51)) : MC_NAN;
-        if (V & 12) o_j[141 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_43 * d1) : MC_NAN;
-        if (V & 12) o_j[142 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_43 * d2) : MC_NAN;
-        if (V & 12) o_j[143 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_43 * d3) : MC_NAN;
-        if (V & 12) o_j[144 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_43 * d4) : MC_NAN;
-        if (V & 12) o_j[145 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_43 * d5) : MC_NAN;
-        if (V & 12) o_j[146 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_43 * d6) : MC_NAN;
-        if (V & 12) o_j[147 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_43 * d43) : MC_NAN;
-        if (V & 12) o_j[148 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_43 * d44) : MC_NAN;
-        if (V & 12) o_j[149 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_43 * d45) : MC_NAN;
-        if (V & 12) o_j[150 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_43 * d46) : MC_NAN;
-        if (V & 12) o_j[151 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_43 * d47) : MC_NAN;
-        if (V & 12) o_j[152 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_43 * d48) : MC_NAN;
-        if (V & 12) o_j[153 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_43 * d49) : MC_NAN;
-        if (V & 12) o_j[154 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_43 * d50) : MC_NAN;
-        if (V & 12) o_j[155 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_43 * d51) : MC_NAN;
-        if (V & 12) o_j[156 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d52) : MC_NAN;
-        if (V & 12) o_j[165 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d53) : MC_NAN;
-        if (V & 12) o_j[174 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d54) : MC_NAN;
-        if (V & 12) o_j[183 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d55) : MC_NAN;
-        if (V & 12) o_j[192 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d56) : MC_NAN;
-        if (V & 12) o_j[201 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d57) : MC_NAN;
-        if (V & 12) o_j[157 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d58) : MC_NAN;
-        if (V & 12) o_j[166 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d59) : MC_NAN;
-        if (V & 12) o_j[175 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d60) : MC_NAN;
-        if (V & 12) o_j[184 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d61) : MC_NAN;
-        if (V & 12) o_j[193 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d62) : MC_NAN;
-        if (V & 12) o_j[202 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d63) : MC_NAN;
-        if (V & 12) o_j[158 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_252 + cse_253 + (cse_254 * d64)) : MC_NAN;
-        if (V & 12) o_j[159 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_255 + cse_256 + (cse_254 * d65)) : MC_NAN;
-        if (V & 12) o_j[160 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_257 + cse_258 + (cse_254 * d66)) : MC_NAN;
-        if (V & 12) o_j[161 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_259 + cse_260 + (cse_254 * d67)) : MC_NAN;
-        if (V & 12) o_j[162 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_261 + cse_262 + (cse_254 * d68)) : MC_NAN;
-        if (V & 12) o_j[163 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_263 + cse_264 + (cse_254 * d69)) : MC_NAN;
-        if (V & 12) o_j[167 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_253 + cse_265 + (cse_254 * d70)) : MC_NAN;
-        if (V & 12) o_j[168 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_255 + cse_266 + (cse_254 * d71)) : MC_NAN;
-        if (V & 12) o_j[169 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_258 + cse_267 + (cse_254 * d72)) : MC_NAN;
-        if (V & 12) o_j[170 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_260 + cse_268 + (cse_254 * d73)) : MC_NAN;
-        if (V & 12) o_j[171 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_262 + cse_269 + (cse_254 * d74)) : MC_NAN;
-        if (V & 12) o_j[172 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_264 + cse_270 + (cse_254 * d75)) : MC_NAN;
-        if (V & 12) o_j[176 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_252 + cse_265 + (cse_254 * d76)) : MC_NAN;
-        if (V & 12) o_j[177 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_256 + cse_266 + (cse_254 * d77)) : MC_NAN;
-        if (V & 12) o_j[178 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_257 + cse_267 + (cse_254 * d78)) : MC_NAN;
-        if (V & 12) o_j[179 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_259 + cse_268 + (cse_254 * d79)) : MC_NAN;
-        if (V & 12) o_j[180 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_261 + cse_269 + (cse_254 * d80)) : MC_NAN;
-        if (V & 12) o_j[181 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_263 + cse_270 + (cse_254 * d81)) : MC_NAN;
-        if (V & 12) o_j[185 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d82) : MC_NAN;
-        if (V & 12) o_j[186 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d83) : MC_NAN;
-        if (V & 12) o_j[187 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d84) : MC_NAN;
-        if (V & 12) o_j[188 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d85) : MC_NAN;
-        if (V & 12) o_j[189 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d86) : MC_NAN;
-        if (V & 12) o_j[190 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d87) : MC_NAN;
-        if (V & 12) o_j[194 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d88) : MC_NAN;
-        if (V & 12) o_j[195 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d89) : MC_NAN;
-        if (V & 12) o_j[196 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d90) : MC_NAN;
-        if (V & 12) o_j[197 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d91) : MC_NAN;
-        if (V & 12) o_j[198 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d92) : MC_NAN;
-        if (V & 12) o_j[199 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d93) : MC_NAN;
-        if (V & 12) o_j[203 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d94) : MC_NAN;
-        if (V & 12) o_j[204 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d95) : MC_NAN;
-        if (V & 12) o_j[205 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d96) : MC_NAN;
-        if (V & 12) o_j[206 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d97) : MC_NAN;
-        if (V & 12) o_j[207 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d98) : MC_NAN;
-        if (V & 12) o_j[208 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d99) : MC_NAN;
-        if (V & 12) o_j[164 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d100) : MC_NAN;
-        if (V & 12) o_j[173 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d101) : MC_NAN;
-        if (V & 12) o_j[182 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d102) : MC_NAN;
-        if (V & 12) o_j[191 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d103) : MC_NAN;
-        if (V & 12) o_j[200 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d104) : MC_NAN;
-        if (V & 12) o_j[209 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d105) : MC_NAN;
-        const real cse_219 = (state_internal_gamma_rate_root > 0 ? (nx_0 * mc_log(state_internal_gamma_rate_root)) : ((real)0.0));
-        const real cse_220 = (cse_21 * cse_219);
-        const real cse_221 = (cse_220 * cse_31);
-        const real cse_271 = (cse_236 * cse_240);
-        const real cse_272 = (cse_232 * cse_271);
-        const real cse_273 = (p_E * (cse_232 * cse_232));
-        const real cse_274 = (cse_233 * cse_236);
-        const real cse_275 = ((cse_239 * cse_274) - (cse_271 * cse_273) + (cse_237 * cse_274 * (cse_239 * cse_239)));
-        const real cse_290 = (cse_277 * cse_277);
-        const real ls3_1 = (-p_eta - (cse_280 * cse_44));
-        const real ls3_2 = (((real)1.0) / ls3_1);
-        const real ls3_3 = ((cse_277 * cse_60) - (cse_277 * cse_281 * cse_49));
-        const real ls3_4 = (-(((real)4.0) * p_E * cse_290 * cse_48) + (((real)4.0) * p_E * cse_281 * cse_290 * cse_30));
-        const real ls3_5 = ((((real)0.6666666666666666) * cse_48) + (cse_289 * old_state_internal_ep));
-        const real ls3_6 = (cse_220 * cse_280);
-        const real ls3_7 = (ls3_3 * ls3_2);
-        const real ls3_8 = (ls3_4 * ls3_2);
-        const real ls3_9 = (cse_289 * ls3_2);
-        const real ls3_10 = (ls3_5 * ls3_2);
-        const real ls3_11 = (ls3_2 * state_internal_gamma_rate_root);
-        const real ls3_12 = (ls3_6 * ls3_2);
-        const real d106 = ls3_7;
-        const real d107 = ls3_8;
-        const real d108 = ls3_9;
-        const real d109 = ls3_10;
-        const real d110 = ls3_11;
-        const real d111 = ls3_12;
-        const real d112 = (cse_46 * d106);
-        if (V & 8) o_j[210 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d112 : MC_NAN;
-        const real d113 = (cse_69 * d106);
-        if (V & 8) o_j[216 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d113 : MC_NAN;
-        const real d114 = (cse_81 * d106);
-        if (V & 8) o_j[222 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d114 : MC_NAN;
-        const real d115 = (cse_93 * d106);
-        if (V & 8) o_j[228 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d115 : MC_NAN;
-        const real d116 = (cse_105 * d106);
-        if (V & 8) o_j[234 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d116 : MC_NAN;
-        const real d117 = (cse_115 * d106);
-        if (V & 8) o_j[240 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d117 : MC_NAN;
-        const real d118 = (cse_46 * d107);
-        if (V & 8) o_j[211 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d118 : MC_NAN;
-        const real d119 = (cse_69 * d107);
-        if (V & 8) o_j[217 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d119 : MC_NAN;
-        const real d120 = (cse_81 * d107);
-        if (V & 8) o_j[223 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d120 : MC_NAN;
-        const real d121 = (cse_93 * d107);
-        if (V & 8) o_j[229 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d121 : MC_NAN;
-        const real d122 = (cse_105 * d107);
-        if (V & 8) o_j[235 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d122 : MC_NAN;
-        const real d123 = (cse_115 * d107);
-        if (V & 8) o_j[241 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d123 : MC_NAN;
-        const real d124 = (cse_46 * d108);
-        if (V & 8) o_j[212 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d124 : MC_NAN;
-        const real d125 = (cse_69 * d108);
-        if (V & 8) o_j[218 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d125 : MC_NAN;
-        const real d126 = (cse_81 * d108);
-        if (V & 8) o_j[224 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d126 : MC_NAN;
-        const real d127 = (cse_93 * d108);
-        if (V & 8) o_j[230 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d127 : MC_NAN;
-        const real d128 = (cse_105 * d108);
-        if (V & 8) o_j[236 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d128 : MC_NAN;
-        const real d129 = (cse_115 * d108);
-        if (V & 8) o_j[242 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d129 : MC_NAN;
-        const real d130 = (cse_46 * d109);
-        if (V & 8) o_j[213 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d130 : MC_NAN;
-        const real d131 = (cse_69 * d109);
-        if (V & 8) o_j[219 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d131 : MC_NAN;
-        const real d132 = (cse_81 * d109);
-        if (V & 8) o_j[225 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d132 : MC_NAN;
-        const real d133 = (cse_93 * d109);
-        if (V & 8) o_j[231 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d133 : MC_NAN;
-        const real d134 = (cse_105 * d109);
-        if (V & 8) o_j[237 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d134 : MC_NAN;
-        const real d135 = (cse_115 * d109);
-        if (V & 8) o_j[243 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d135 : MC_NAN;
-        const real d136 = (cse_46 * d110);
-        if (V & 8) o_j[214 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d136 : MC_NAN;
-        const real d137 = (cse_69 * d110);
-        if (V & 8) o_j[220 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d137 : MC_NAN;
-        const real d138 = (cse_81 * d110);
-        if (V & 8) o_j[226 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d138 : MC_NAN;
-        const real d139 = (cse_93 * d110);
-        if (V & 8) o_j[232 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d139 : MC_NAN;
-        const real d140 = (cse_105 * d110);
-        if (V & 8) o_j[238 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d140 : MC_NAN;
-        const real d141 = (cse_115 * d110);
-        if (V & 8) o_j[244 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d141 : MC_NAN;
-        const real d142 = ((cse_20 * cse_221) + (cse_46 * d111));
-        if (V & 8) o_j[215 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d142 : MC_NAN;
-        const real d143 = ((cse_221 * cse_27) + (cse_69 * d111));
-        if (V & 8) o_j[221 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d143 : MC_NAN;
-        const real d144 = ((cse_221 * cse_29) + (cse_81 * d111));
-        if (V & 8) o_j[227 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d144 : MC_NAN;
-        const real d145 = ((cse_14 * cse_221) + (cse_93 * d111));
-        if (V & 8) o_j[233 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d145 : MC_NAN;
-        const real d146 = ((cse_105 * d111) + (cse_15 * cse_221));
-        if (V & 8) o_j[239 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d146 : MC_NAN;
-        const real d147 = ((cse_115 * d111) + (cse_16 * cse_221));
-        if (V & 8) o_j[245 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? d147 : MC_NAN;
-        if (V & 8) o_j[246 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_228 * d106) : MC_NAN;
-        if (V & 8) o_j[247 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_228 * d107) : MC_NAN;
-        if (V & 8) o_j[248 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_228 * d108) : MC_NAN;
-        if (V & 8) o_j[249 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_228 * d109) : MC_NAN;
-        if (V & 8) o_j[250 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_228 * d110) : MC_NAN;
-        if (V & 8) o_j[251 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_228 * d111) + (((real)0.816496580927726) * cse_220)) : MC_NAN;
-        if (V & 8) o_j[252 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_43 * d106) : MC_NAN;
-        if (V & 8) o_j[253 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_43 * d107) : MC_NAN;
-        if (V & 8) o_j[254 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_43 * d108) : MC_NAN;
-        if (V & 8) o_j[255 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_43 * d109) : MC_NAN;
-        if (V & 8) o_j[256 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_43 * d110) : MC_NAN;
-        if (V & 8) o_j[257 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_219 + (cse_43 * d111)) : MC_NAN;
-        if (V & 8) o_j[258 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_272 + (cse_230 * cse_232) + (cse_248 * d112)) : MC_NAN;
-        if (V & 8) o_j[264 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_272 + (cse_232 * cse_243) + (cse_248 * d113)) : MC_NAN;
-        if (V & 8) o_j[270 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_272 + (cse_232 * cse_244) + (cse_248 * d114)) : MC_NAN;
-        if (V & 8) o_j[276 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_232 * cse_245) + (cse_250 * d115)) : MC_NAN;
-        if (V & 8) o_j[282 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_232 * cse_246) + (cse_250 * d116)) : MC_NAN;
-        if (V & 8) o_j[288 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_232 * cse_247) + (cse_250 * d117)) : MC_NAN;
-        if (V & 8) o_j[259 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_275 + (cse_248 * d118) - (cse_230 * cse_273)) : MC_NAN;
-        if (V & 8) o_j[265 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_275 + (cse_248 * d119) - (cse_243 * cse_273)) : MC_NAN;
-        if (V & 8) o_j[271 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_275 + (cse_248 * d120) - (cse_244 * cse_273)) : MC_NAN;
-        if (V & 8) o_j[277 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_250 * d121) - (cse_245 * cse_273)) : MC_NAN;
-        if (V & 8) o_j[283 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_250 * d122) - (cse_246 * cse_273)) : MC_NAN;
-        if (V & 8) o_j[289 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_250 * d123) - (cse_247 * cse_273)) : MC_NAN;
-        if (V & 8) o_j[260 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d124) : MC_NAN;
-        if (V & 8) o_j[266 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d125) : MC_NAN;
-        if (V & 8) o_j[272 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d126) : MC_NAN;
-        if (V & 8) o_j[278 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d127) : MC_NAN;
-        if (V & 8) o_j[284 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d128) : MC_NAN;
-        if (V & 8) o_j[290 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d129) : MC_NAN;
-        if (V & 8) o_j[261 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d130) : MC_NAN;
-        if (V & 8) o_j[267 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d131) : MC_NAN;
-        if (V & 8) o_j[273 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d132) : MC_NAN;
-        if (V & 8) o_j[279 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d133) : MC_NAN;
-        if (V & 8) o_j[285 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d134) : MC_NAN;
-        if (V & 8) o_j[291 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d135) : MC_NAN;
-        if (V & 8) o_j[262 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d136) : MC_NAN;
-        if (V & 8) o_j[268 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d137) : MC_NAN;
-        if (V & 8) o_j[274 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d138) : MC_NAN;
-        if (V & 8) o_j[280 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d139) : MC_NAN;
-        if (V & 8) o_j[286 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d140) : MC_NAN;
-        if (V & 8) o_j[292 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d141) : MC_NAN;
-        if (V & 8) o_j[263 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d142) : MC_NAN;
-        if (V & 8) o_j[269 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d143) : MC_NAN;
-        if (V & 8) o_j[275 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_248 * d144) : MC_NAN;
-        if (V & 8) o_j[281 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d145) : MC_NAN;
-        if (V & 8) o_j[287 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d146) : MC_NAN;
-        if (V & 8) o_j[293 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_250 * d147) : MC_NAN;
+        const real dcse_292 = (cse_21 * cse_233);
+        const real dcse_293 = (cse_20 * dcse_292);
+        const real dcse_305 = (p_n * nx_1);
+        const real dcse_317 = (((real)2.0) * cse_30);
+        const real dcse_320 = mc_sdiv(((real)1.0), dcse_317);
+        const real dcse_321 = (((real)2.0) + cse_237);
+        const real dcse_325 = (((real)1.0) / dcse_321);
+        const real dcse_304 = (p_E * dcse_325);
+        const real dcse_326 = (((dcse_304 * dcse_317) - (((real)0.816496580927726) * (p_sigma_y + (p_K * old_state_internal_ep)))) > 0 ? 1 : 0);
+        const real dcse_318 = (((real)2.0) * dcse_304);
+        const real dcse_327 = (dcse_318 + (((real)0.6666666666666666) * p_K));
+        const real dcse_328 = (((real)1.0) / (-p_eta - (cse_21 * dcse_305 * dcse_327)));
+        const real dcse_306 = (cse_31 * dcse_305 * dcse_320 * dcse_326 * dcse_328);
+        const real dcse_308 = (nx_0 * (nx_0 == 0 ? ((real)0.0) : dcse_320) * (nx_0 == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (cse_30 * cse_30))));
+        const real dcse_329 = (dcse_308 + (dcse_306 * dcse_318));
+        const real dcse_294 = (dcse_293 * dcse_329);
+        const real dcse_307 = (((real)4.0) * dcse_304 * dcse_306);
+        const real dcse_309 = (((real)2.0) * dcse_308);
+        const real dcse_330 = (dcse_307 + dcse_309);
+        const real dcse_295 = (dcse_293 * dcse_330);
+        const real dcse_296 = (cse_27 * dcse_292);
+        const real dcse_297 = (dcse_296 * dcse_329);
+        const real dcse_298 = (dcse_296 * dcse_330);
+        const real dcse_299 = (cse_29 * dcse_292);
+        const real dcse_300 = (dcse_299 * dcse_329);
+        const real dcse_301 = (dcse_299 * dcse_330);
+        const real dcse_302 = (cse_14 * dcse_292);
+        const real dcse_303 = (dcse_302 * dcse_329);
+        const real dcse_310 = (dcse_302 * dcse_330);
+        const real dcse_311 = (cse_15 * dcse_310);
+        if (V & 14) o_j[22 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_311 : MC_NAN;
+        if (V & 14) o_j[27 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_311 : MC_NAN;
+        const real dcse_312 = (cse_16 * dcse_310);
+        if (V & 14) o_j[23 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_312 : MC_NAN;
+        if (V & 14) o_j[33 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_312 : MC_NAN;
+        const real dcse_313 = (cse_15 * dcse_292);
+        const real dcse_314 = (dcse_313 * dcse_329);
+        const real dcse_315 = (cse_16 * dcse_313 * dcse_330);
+        if (V & 14) o_j[29 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_315 : MC_NAN;
+        if (V & 14) o_j[34 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_315 : MC_NAN;
+        const real dcse_316 = (cse_16 * dcse_292 * dcse_329);
+        const real dcse_319 = (cse_233 * cse_33);
+        const real dcse_322 = (cse_26 + cse_28 - (((real)1.3333333333333333) * cse_0));
+        const real dcse_323 = (cse_17 + cse_28 - (((real)1.3333333333333333) * cse_1));
+        const real dcse_324 = (cse_17 + cse_26 - (((real)1.3333333333333333) * cse_2));
+        const real dcse_331 = (((real)1.0) - cse_33);
+        const real dcse_332 = (cse_233 + cse_241);
+        const real dcse_333 = (dcse_332 - (((real)0.6666666666666666) * dcse_319));
+        const real dcse_334 = (cse_241 + (((real)0.3333333333333333) * dcse_319));
+        const real dcse_45 = (((real)0.6666666666666666) * cse_33);
+        const real dcse_146 = (((real)2.0) * cse_30);
+        const real dcse_236 = mc_sdiv(((real)1.0), dcse_146);
+        const real dcse_46 = (cse_31 * dcse_236);
+        const real dcse_47 = (((real)2.0) * p_E);
+        const real dcse_242 = (((real)2.0) + cse_237);
+        const real dcse_262 = (((real)1.0) / dcse_242);
+        const real dcse_48 = (dcse_262 * dcse_47);
+        const real dcse_49 = (p_n * nx_1);
+        const real dcse_245 = (cse_21 * dcse_49);
+        const real dcse_183 = (((real)0.6666666666666666) * p_K);
+        const real dcse_263 = (dcse_183 + dcse_48);
+        const real dcse_265 = (((real)1.0) / (-p_eta - (dcse_245 * dcse_263)));
+        const real dcse_50 = (dcse_265 * dcse_49);
+        const real dcse_243 = (p_E * dcse_146);
+        const real dcse_244 = (-((real)0.816496580927726) * (p_sigma_y + (p_K * old_state_internal_ep)));
+        const real dcse_264 = ((dcse_244 + (dcse_243 * dcse_262)) > 0 ? 1 : 0);
+        const real dcse_51 = (dcse_264 * dcse_50);
+        const real dcse_52 = (dcse_48 * dcse_51);
+        const real dcse_53 = (dcse_46 * dcse_52);
+        const real dcse_54 = (nx_0 * (nx_0 == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (cse_30 * cse_30))));
+        const real dcse_55 = (dcse_54 * (nx_0 == 0 ? ((real)0.0) : dcse_236));
+        const real dcse_56 = (dcse_53 + dcse_55);
+        const real dcse_57 = (-dcse_56);
+        const real dcse_58 = (cse_20 * cse_21);
+        const real dcse_59 = (dcse_57 * dcse_58);
+        const real dcse_60 = (((real)0.3333333333333333) * cse_33);
+        const real dcse_61 = (-dcse_60);
+        const real dcse_62 = (dcse_262 * dcse_50);
+        const real dcse_63 = (((real)4.0) * p_E);
+        const real dcse_64 = (dcse_264 * dcse_62 * dcse_63);
+        const real dcse_65 = (dcse_46 * dcse_64);
+        const real dcse_66 = (((real)2.0) * dcse_55);
+        const real dcse_67 = (dcse_65 + dcse_66);
+        const real dcse_68 = (-dcse_67);
+        const real dcse_69 = (dcse_58 * dcse_68);
+        const real dcse_70 = (cse_21 * cse_27);
+        const real dcse_71 = (dcse_57 * dcse_70);
+        const real dcse_72 = (dcse_68 * dcse_70);
+        const real dcse_73 = (cse_21 * cse_29);
+        const real dcse_74 = (dcse_57 * dcse_73);
+        const real dcse_75 = (dcse_68 * dcse_73);
+        const real dcse_76 = (cse_14 * cse_21);
+        const real dcse_77 = (dcse_57 * dcse_76);
+        const real dcse_235 = (cse_26 + cse_28 - (((real)1.3333333333333333) * cse_0));
+        const real dcse_78 = (dcse_235 * dcse_77);
+        if (V & 12) o_j[81 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_78 : MC_NAN;
+        const real dcse_237 = (cse_17 + cse_28 - (((real)1.3333333333333333) * cse_1));
+        const real dcse_79 = (dcse_237 * dcse_77);
+        if (V & 12) o_j[82 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_79 : MC_NAN;
+        const real dcse_238 = (cse_17 + cse_26 - (((real)1.3333333333333333) * cse_2));
+        const real dcse_80 = (dcse_238 * dcse_77);
+        if (V & 12) o_j[83 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_80 : MC_NAN;
+        const real dcse_81 = (cse_14 * cse_14);
+        const real dcse_82 = ((cse_22 * dcse_66) + (dcse_65 * dcse_81));
+        const real dcse_83 = (-dcse_82);
+        const real dcse_84 = (dcse_68 * dcse_76);
+        const real dcse_85 = (cse_15 * dcse_84);
+        if (V & 12) o_j[85 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_85 : MC_NAN;
+        const real dcse_86 = (cse_16 * dcse_84);
+        if (V & 12) o_j[86 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_86 : MC_NAN;
+        const real dcse_87 = (cse_15 * cse_21);
+        const real dcse_88 = (dcse_57 * dcse_87);
+        const real dcse_89 = (dcse_235 * dcse_88);
+        if (V & 12) o_j[96 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_89 : MC_NAN;
+        const real dcse_90 = (dcse_237 * dcse_88);
+        if (V & 12) o_j[97 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_90 : MC_NAN;
+        const real dcse_91 = (dcse_238 * dcse_88);
+        if (V & 12) o_j[98 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_91 : MC_NAN;
+        const real dcse_92 = (cse_15 * cse_15);
+        const real dcse_93 = ((cse_23 * dcse_66) + (dcse_65 * dcse_92));
+        const real dcse_94 = (-dcse_93);
+        const real dcse_95 = (cse_16 * dcse_87);
+        const real dcse_96 = (dcse_68 * dcse_95);
+        if (V & 12) o_j[100 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_96 : MC_NAN;
+        const real dcse_97 = (cse_16 * cse_21);
+        const real dcse_98 = (dcse_57 * dcse_97);
+        const real dcse_99 = (dcse_235 * dcse_98);
+        if (V & 12) o_j[109 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_99 : MC_NAN;
+        const real dcse_100 = (dcse_237 * dcse_98);
+        if (V & 12) o_j[110 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_100 : MC_NAN;
+        const real dcse_101 = (dcse_238 * dcse_98);
+        if (V & 12) o_j[111 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_101 : MC_NAN;
+        const real dcse_102 = (cse_16 * cse_16);
+        const real dcse_103 = ((cse_24 * dcse_66) + (dcse_102 * dcse_65));
+        const real dcse_104 = (-dcse_103);
+        const real dcse_105 = (cse_21 * nx_0);
+        const real dcse_106 = (dcse_263 * dcse_50);
+        const real dcse_107 = (cse_32 + (cse_31 * dcse_105 * dcse_106));
+        const real dcse_108 = (cse_20 * dcse_107);
+        if (V & 12) o_j[42 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_108 : MC_NAN;
+        const real dcse_109 = (cse_27 * dcse_107);
+        if (V & 12) o_j[57 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_109 : MC_NAN;
+        const real dcse_110 = (cse_29 * dcse_107);
+        if (V & 12) o_j[72 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_110 : MC_NAN;
+        const real dcse_111 = (cse_14 * dcse_107);
+        if (V & 12) o_j[87 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_111 : MC_NAN;
+        const real dcse_112 = (cse_15 * dcse_107);
+        if (V & 12) o_j[101 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_112 : MC_NAN;
+        const real dcse_113 = (cse_16 * dcse_107);
+        if (V & 12) o_j[113 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_113 : MC_NAN;
+        const real dcse_114 = (-dcse_107);
+        const real dcse_115 = (cse_20 * dcse_114);
+        if (V & 12) o_j[43 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_115 : MC_NAN;
+        const real dcse_116 = (cse_27 * dcse_114);
+        if (V & 12) o_j[58 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_116 : MC_NAN;
+        const real dcse_117 = (cse_29 * dcse_114);
+        if (V & 12) o_j[73 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_117 : MC_NAN;
+        const real dcse_118 = (cse_14 * dcse_114);
+        if (V & 12) o_j[88 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_118 : MC_NAN;
+        const real dcse_119 = (cse_15 * dcse_114);
+        if (V & 12) o_j[102 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_119 : MC_NAN;
+        const real dcse_120 = (cse_16 * dcse_114);
+        if (V & 12) o_j[114 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_120 : MC_NAN;
+        const real dcse_121 = (dcse_56 * dcse_76);
+        const real dcse_122 = (dcse_67 * dcse_76);
+        const real dcse_123 = (cse_15 * dcse_122);
+        if (V & 12) o_j[93 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_123 : MC_NAN;
+        const real dcse_124 = (cse_16 * dcse_122);
+        if (V & 12) o_j[94 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_124 : MC_NAN;
+        const real dcse_125 = (dcse_56 * dcse_87);
+        const real dcse_126 = (dcse_67 * dcse_95);
+        if (V & 12) o_j[107 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_126 : MC_NAN;
+        const real dcse_127 = (dcse_56 * dcse_97);
+        const real dcse_128 = (cse_20 * cse_31);
+        const real dcse_130 = (((real)0.3333333333333333) * cse_21);
+        const real dcse_131 = (((real)2.449489742783178) * dcse_130);
+        const real dcse_132 = (dcse_131 * dcse_51);
+        const real dcse_133 = (dcse_128 * dcse_132);
+        if (V & 12) if (V & 8) o_j[203 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_133 : MC_NAN;
+        const real dcse_134 = (cse_27 * cse_31);
+        const real dcse_135 = (dcse_132 * dcse_134);
+        if (V & 12) if (V & 8) o_j[209 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_135 : MC_NAN;
+        const real dcse_136 = (p_K * dcse_135);
+        if (V & 12) o_j[65 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_136 : MC_NAN;
+        const real dcse_137 = (cse_31 * dcse_132);
+        const real dcse_138 = (cse_29 * dcse_137);
+        if (V & 12) if (V & 8) o_j[215 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_138 : MC_NAN;
+        const real dcse_139 = (p_K * dcse_138);
+        if (V & 12) o_j[80 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_139 : MC_NAN;
+        const real dcse_140 = (cse_14 * dcse_137);
+        if (V & 12) if (V & 8) o_j[221 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_140 : MC_NAN;
+        const real dcse_141 = (p_K * dcse_140);
+        if (V & 12) o_j[95 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_141 : MC_NAN;
+        const real dcse_142 = (cse_15 * dcse_137);
+        if (V & 12) if (V & 8) o_j[227 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_142 : MC_NAN;
+        const real dcse_143 = (p_K * dcse_142);
+        if (V & 12) o_j[108 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_143 : MC_NAN;
+        const real dcse_144 = (cse_16 * dcse_137);
+        if (V & 12) if (V & 8) o_j[233 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_144 : MC_NAN;
+        const real dcse_145 = (p_K * dcse_144);
+        if (V & 12) o_j[119 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_145 : MC_NAN;
+        const real dcse_170 = (((real)0.6666666666666666) * cse_21);
+        const real dcse_171 = (((real)2.449489742783178) * dcse_62);
+        const real dcse_172 = (p_E * dcse_171 * dcse_236 * dcse_264);
+        const real dcse_173 = (dcse_170 * dcse_172);
+        const real dcse_174 = (dcse_173 * dcse_235);
+        if (V & 12) o_j[128 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_174 : MC_NAN;
+        const real dcse_175 = (dcse_173 * dcse_237);
+        if (V & 12) o_j[129 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_175 : MC_NAN;
+        const real dcse_176 = (dcse_173 * dcse_238);
+        if (V & 12) o_j[130 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_176 : MC_NAN;
+        const real dcse_177 = (((real)1.3333333333333333) * dcse_172);
+        const real dcse_178 = (dcse_177 * dcse_76);
+        if (V & 12) o_j[131 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_178 : MC_NAN;
+        const real dcse_179 = (dcse_177 * dcse_87);
+        if (V & 12) o_j[132 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_179 : MC_NAN;
+        const real dcse_180 = (dcse_177 * dcse_97);
+        if (V & 12) o_j[133 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_180 : MC_NAN;
+        const real dcse_181 = (dcse_106 * nx_0);
+        if (V & 12) o_j[141 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_181 : MC_NAN;
+        const real dcse_182 = (cse_41 + (dcse_131 * dcse_181));
+        if (V & 12) o_j[126 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_182 : MC_NAN;
+        const real dcse_184 = (dcse_236 * dcse_52);
+        const real dcse_185 = (dcse_184 * dcse_235);
+        if (V & 12) o_j[143 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_185 : MC_NAN;
+        const real dcse_186 = (dcse_184 * dcse_237);
+        if (V & 12) o_j[144 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_186 : MC_NAN;
+        const real dcse_187 = (dcse_184 * dcse_238);
+        if (V & 12) o_j[145 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_187 : MC_NAN;
+        const real dcse_188 = (dcse_236 * dcse_64);
+        const real dcse_189 = (cse_14 * dcse_188);
+        if (V & 12) o_j[146 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_189 : MC_NAN;
+        const real dcse_190 = (cse_15 * dcse_188);
+        if (V & 12) o_j[147 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_190 : MC_NAN;
+        const real dcse_191 = (cse_16 * dcse_188);
+        if (V & 12) o_j[148 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_191 : MC_NAN;
+        const real dcse_193 = (((real)0.816496580927726) * dcse_51);
+        if (V & 12) if (V & 8) o_j[245 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_193 : MC_NAN;
+        const real dcse_216 = (cse_233 * dcse_85);
+        if (V & 12) o_j[183 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_216 : MC_NAN;
+        const real dcse_217 = (cse_233 * dcse_86);
+        if (V & 12) o_j[184 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_217 : MC_NAN;
+        const real dcse_218 = (cse_233 * dcse_96);
+        if (V & 12) o_j[192 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_218 : MC_NAN;
+        const real dcse_219 = (cse_20 * cse_233);
+        const real dcse_220 = (cse_31 * dcse_219);
+        const real dcse_221 = (dcse_132 * dcse_220);
+        const real dcse_239 = (((real)1.0) - cse_33);
+        const real dcse_240 = (cse_233 + cse_241);
+        const real dcse_246 = (dcse_53 * dcse_58);
+        const real dcse_247 = (dcse_55 * dcse_58);
+        const real dcse_248 = (dcse_58 * dcse_65);
+        const real dcse_249 = (dcse_58 * dcse_66);
+        const real dcse_250 = (dcse_53 * dcse_70);
+        const real dcse_251 = (dcse_55 * dcse_70);
+        const real dcse_252 = (dcse_65 * dcse_70);
+        const real dcse_253 = (dcse_66 * dcse_70);
+        const real dcse_254 = (dcse_53 * dcse_73);
+        const real dcse_255 = (dcse_55 * dcse_73);
+        const real dcse_256 = (dcse_65 * dcse_73);
+        const real dcse_257 = (dcse_66 * dcse_73);
+        const real dcse_259 = (((real)1.0) - dcse_45);
+        const real dcse_266 = (dcse_259 + (dcse_235 * dcse_246) + (dcse_235 * dcse_247));
+        if (V & 12) o_j[44 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_266 : MC_NAN;
+        const real dcse_267 = (dcse_60 + (dcse_237 * dcse_246) + (dcse_237 * dcse_247));
+        if (V & 12) o_j[45 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_267 : MC_NAN;
+        const real dcse_268 = (dcse_60 + (dcse_238 * dcse_246) + (dcse_238 * dcse_247));
+        if (V & 12) o_j[46 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_268 : MC_NAN;
+        const real dcse_269 = ((cse_14 * dcse_248) + (cse_14 * dcse_249));
+        if (V & 12) o_j[47 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_269 : MC_NAN;
+        const real dcse_270 = ((cse_15 * dcse_248) + (cse_15 * dcse_249));
+        if (V & 12) o_j[48 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_270 : MC_NAN;
+        const real dcse_271 = ((cse_16 * dcse_248) + (cse_16 * dcse_249));
+        if (V & 12) o_j[49 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_271 : MC_NAN;
+        const real dcse_272 = (dcse_60 + (dcse_235 * dcse_250) + (dcse_235 * dcse_251));
+        if (V & 12) o_j[59 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_272 : MC_NAN;
+        const real dcse_273 = (dcse_259 + (dcse_237 * dcse_250) + (dcse_237 * dcse_251));
+        if (V & 12) o_j[60 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_273 : MC_NAN;
+        const real dcse_274 = (dcse_60 + (dcse_238 * dcse_250) + (dcse_238 * dcse_251));
+        if (V & 12) o_j[61 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_274 : MC_NAN;
+        const real dcse_275 = ((cse_14 * dcse_252) + (cse_14 * dcse_253));
+        if (V & 12) o_j[62 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_275 : MC_NAN;
+        const real dcse_276 = ((cse_15 * dcse_252) + (cse_15 * dcse_253));
+        if (V & 12) o_j[63 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_276 : MC_NAN;
+        const real dcse_277 = ((cse_16 * dcse_252) + (cse_16 * dcse_253));
+        if (V & 12) o_j[64 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_277 : MC_NAN;
+        const real dcse_278 = (dcse_60 + (dcse_235 * dcse_254) + (dcse_235 * dcse_255));
+        if (V & 12) o_j[74 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_278 : MC_NAN;
+        const real dcse_279 = (dcse_60 + (dcse_237 * dcse_254) + (dcse_237 * dcse_255));
+        if (V & 12) o_j[75 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_279 : MC_NAN;
+        const real dcse_280 = (dcse_259 + (dcse_238 * dcse_254) + (dcse_238 * dcse_255));
+        if (V & 12) o_j[76 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_280 : MC_NAN;
+        const real dcse_281 = ((cse_14 * dcse_256) + (cse_14 * dcse_257));
+        if (V & 12) o_j[77 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_281 : MC_NAN;
+        const real dcse_282 = ((cse_15 * dcse_256) + (cse_15 * dcse_257));
+        if (V & 12) o_j[78 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_282 : MC_NAN;
+        const real dcse_283 = ((cse_16 * dcse_256) + (cse_16 * dcse_257));
+        if (V & 12) o_j[79 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_283 : MC_NAN;
+        const real dcse_147 = (dcse_146 * dcse_264);
+        const real dcse_148 = (cse_21 * cse_21);
+        const real dcse_149 = (dcse_148 * nx_0);
+        const real dcse_150 = ((((real)2.0) * dcse_149) - (cse_21 * dcse_147));
+        const real dcse_151 = (dcse_150 * dcse_62);
+        const real dcse_152 = (cse_31 * dcse_151);
+        const real dcse_153 = ((((real)4.0) * dcse_149) - (((real)4.0) * cse_21 * cse_30 * dcse_264));
+        const real dcse_154 = (p_E * dcse_50 * (dcse_262 * dcse_262));
+        const real dcse_155 = (-dcse_153 * dcse_154);
+        const real dcse_156 = (cse_31 * dcse_155);
+        const real dcse_157 = (((real)0.6666666666666666) * dcse_149);
+        const real dcse_158 = (dcse_264 * old_state_internal_ep);
+        const real dcse_159 = (dcse_157 + (dcse_131 * dcse_158));
+        const real dcse_160 = (dcse_159 * dcse_50);
+        const real dcse_161 = (cse_31 * dcse_160);
+        const real dcse_162 = (dcse_50 * state_internal_gamma_rate_root);
+        if (V & 8) o_j[247 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_162 : MC_NAN;
+        const real dcse_163 = (cse_31 * dcse_162);
+        const real dcse_164 = (dcse_163 * dcse_87);
+        if (V & 8) o_j[229 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_164 : MC_NAN;
+        const real dcse_165 = (dcse_163 * dcse_97);
+        if (V & 8) o_j[235 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? dcse_165 : MC_NAN;
+        const real dcse_166 = (dcse_106 * dcse_148);
+        const real dcse_167 = (cse_21 + dcse_166);
+        const real dcse_260 = (state_internal_gamma_rate_root > 0 ? (nx_0 * mc_log(state_internal_gamma_rate_root)) : ((real)0.0));
+        const real dcse_168 = (cse_31 * dcse_260);
+        const real dcse_169 = (dcse_167 * dcse_168);
+        const real dcse_194 = (cse_233 * dcse_58);
+        const real dcse_197 = (cse_233 * dcse_70);
+        const real dcse_200 = (cse_233 * dcse_73);
+        const real dcse_203 = (cse_233 * dcse_76);
+        const real dcse_222 = (cse_236 * cse_240);
+        const real dcse_223 = (-dcse_150 * dcse_62);
+        const real dcse_224 = (cse_233 * dcse_223);
+        const real dcse_225 = (cse_31 * dcse_224);
+        const real dcse_226 = (p_E * (cse_232 * cse_232));
+        const real dcse_227 = (dcse_153 * dcse_154);
+        const real dcse_228 = (cse_233 * dcse_227);
+        const real dcse_229 = (cse_31 * dcse_228);
+        const real dcse_230 = (-dcse_159 * dcse_50);
+        const real dcse_231 = (cse_233 * dcse_230);
+        const real dcse_232 = (cse_31 * dcse_231);
+        const real dcse_233 = (-dcse_167 * dcse_168);
+        const real dcse_234 = (cse_233 * dcse_233);
+        const real dcse_241 = (cse_233 * cse_236);
+        const real dcse_261 = ((cse_239 * dcse_241) - (dcse_222 * dcse_226) + (cse_237 * dcse_241 * (cse_239 * cse_239)));
+        if (V & 14) o_j[0 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_333 + (dcse_294 * dcse_322)) : MC_NAN;
+        if (V & 14) o_j[1 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_334 + (dcse_294 * dcse_323)) : MC_NAN;
+        if (V & 14) o_j[2 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_334 + (dcse_294 * dcse_324)) : MC_NAN;
+        if (V & 14) o_j[3 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_14 * dcse_295) : MC_NAN;
+        if (V & 14) o_j[4 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_15 * dcse_295) : MC_NAN;
+        if (V & 14) o_j[5 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_16 * dcse_295) : MC_NAN;
+        if (V & 14) o_j[6 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_334 + (dcse_297 * dcse_322)) : MC_NAN;
+        if (V & 14) o_j[7 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_333 + (dcse_297 * dcse_323)) : MC_NAN;
+        if (V & 14) o_j[8 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_334 + (dcse_297 * dcse_324)) : MC_NAN;
+        if (V & 14) o_j[9 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_14 * dcse_298) : MC_NAN;
+        if (V & 14) o_j[10 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_15 * dcse_298) : MC_NAN;
+        if (V & 14) o_j[11 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_16 * dcse_298) : MC_NAN;
+        if (V & 14) o_j[12 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_334 + (dcse_300 * dcse_322)) : MC_NAN;
+        if (V & 14) o_j[13 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_334 + (dcse_300 * dcse_323)) : MC_NAN;
+        if (V & 14) o_j[14 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_333 + (dcse_300 * dcse_324)) : MC_NAN;
+        if (V & 14) o_j[15 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_14 * dcse_301) : MC_NAN;
+        if (V & 14) o_j[16 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_15 * dcse_301) : MC_NAN;
+        if (V & 14) o_j[17 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_16 * dcse_301) : MC_NAN;
+        if (V & 14) o_j[18 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_303 * dcse_322) : MC_NAN;
+        if (V & 14) o_j[19 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_303 * dcse_323) : MC_NAN;
+        if (V & 14) o_j[20 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_303 * dcse_324) : MC_NAN;
+        if (V & 14) o_j[21 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * (dcse_331 + (cse_21 * ((cse_22 * dcse_309) + (dcse_307 * (cse_14 * cse_14)))))) : MC_NAN;
+        if (V & 14) o_j[24 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_314 * dcse_322) : MC_NAN;
+        if (V & 14) o_j[25 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_314 * dcse_323) : MC_NAN;
+        if (V & 14) o_j[26 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_314 * dcse_324) : MC_NAN;
+        if (V & 14) o_j[28 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * (dcse_331 + (cse_21 * ((cse_23 * dcse_309) + (dcse_307 * (cse_15 * cse_15)))))) : MC_NAN;
+        if (V & 14) o_j[30 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_316 * dcse_322) : MC_NAN;
+        if (V & 14) o_j[31 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_316 * dcse_323) : MC_NAN;
+        if (V & 14) o_j[32 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_316 * dcse_324) : MC_NAN;
+        if (V & 14) o_j[35 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * (dcse_331 + (cse_21 * ((cse_24 * dcse_309) + (dcse_307 * (cse_16 * cse_16)))))) : MC_NAN;
+        if (V & 12) o_j[36 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_45 + (dcse_235 * dcse_59)) : MC_NAN;
+        if (V & 12) o_j[37 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_61 + (dcse_237 * dcse_59)) : MC_NAN;
+        if (V & 12) o_j[38 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_61 + (dcse_238 * dcse_59)) : MC_NAN;
+        if (V & 12) o_j[39 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_14 * dcse_69) : MC_NAN;
+        if (V & 12) o_j[40 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_15 * dcse_69) : MC_NAN;
+        if (V & 12) o_j[41 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_16 * dcse_69) : MC_NAN;
+        if (V & 12) o_j[50 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (p_K * dcse_133) : MC_NAN;
+        if (V & 12) o_j[51 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_61 + (dcse_235 * dcse_71)) : MC_NAN;
+        if (V & 12) o_j[52 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_45 + (dcse_237 * dcse_71)) : MC_NAN;
+        if (V & 12) o_j[53 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_61 + (dcse_238 * dcse_71)) : MC_NAN;
+        if (V & 12) o_j[54 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_14 * dcse_72) : MC_NAN;
+        if (V & 12) o_j[55 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_15 * dcse_72) : MC_NAN;
+        if (V & 12) o_j[56 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_16 * dcse_72) : MC_NAN;
+        if (V & 12) o_j[66 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_61 + (dcse_235 * dcse_74)) : MC_NAN;
+        if (V & 12) o_j[67 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_61 + (dcse_237 * dcse_74)) : MC_NAN;
+        if (V & 12) o_j[68 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_45 + (dcse_238 * dcse_74)) : MC_NAN;
+        if (V & 12) o_j[69 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_14 * dcse_75) : MC_NAN;
+        if (V & 12) o_j[70 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_15 * dcse_75) : MC_NAN;
+        if (V & 12) o_j[71 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_16 * dcse_75) : MC_NAN;
+        if (V & 12) o_j[84 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_33 + (cse_21 * dcse_83)) : MC_NAN;
+        if (V & 12) o_j[89 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_121 * dcse_235) : MC_NAN;
+        if (V & 12) o_j[90 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_121 * dcse_237) : MC_NAN;
+        if (V & 12) o_j[91 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_121 * dcse_238) : MC_NAN;
+        if (V & 12) o_j[92 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_239 + (cse_21 * dcse_82)) : MC_NAN;
+        if (V & 12) o_j[99 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_33 + (cse_21 * dcse_94)) : MC_NAN;
+        if (V & 12) o_j[103 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_125 * dcse_235) : MC_NAN;
+        if (V & 12) o_j[104 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_125 * dcse_237) : MC_NAN;
+        if (V & 12) o_j[105 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_125 * dcse_238) : MC_NAN;
+        if (V & 12) o_j[106 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_239 + (cse_21 * dcse_93)) : MC_NAN;
+        if (V & 12) o_j[112 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_33 + (cse_21 * dcse_104)) : MC_NAN;
+        if (V & 12) o_j[115 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_127 * dcse_235) : MC_NAN;
+        if (V & 12) o_j[116 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_127 * dcse_237) : MC_NAN;
+        if (V & 12) o_j[117 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_127 * dcse_238) : MC_NAN;
+        if (V & 12) o_j[118 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_239 + (cse_21 * dcse_103)) : MC_NAN;
+        if (V & 12) o_j[120 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-dcse_174) : MC_NAN;
+        if (V & 12) o_j[121 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-dcse_175) : MC_NAN;
+        if (V & 12) o_j[122 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-dcse_176) : MC_NAN;
+        if (V & 12) o_j[123 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-dcse_178) : MC_NAN;
+        if (V & 12) o_j[124 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-dcse_179) : MC_NAN;
+        if (V & 12) o_j[125 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-dcse_180) : MC_NAN;
+        if (V & 12) o_j[127 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-dcse_182) : MC_NAN;
+        if (V & 12) o_j[134 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (((real)1.0) + (cse_21 * dcse_183 * dcse_51)) : MC_NAN;
+        if (V & 12) o_j[135 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-dcse_185) : MC_NAN;
+        if (V & 12) o_j[136 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-dcse_186) : MC_NAN;
+        if (V & 12) o_j[137 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-dcse_187) : MC_NAN;
+        if (V & 12) o_j[138 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-dcse_189) : MC_NAN;
+        if (V & 12) o_j[139 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-dcse_190) : MC_NAN;
+        if (V & 12) o_j[140 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-dcse_191) : MC_NAN;
+        if (V & 12) o_j[142 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-dcse_181) : MC_NAN;
+        if (V & 12) o_j[149 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (p_K * dcse_193) : MC_NAN;
+        if (V & 12) o_j[150 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * dcse_115) : MC_NAN;
+        if (V & 12) o_j[151 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * dcse_108) : MC_NAN;
+        if (V & 12) o_j[152 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_241 * (-dcse_272 - dcse_278)) - (dcse_240 * dcse_266)) : MC_NAN;
+        if (V & 12) o_j[153 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_241 * (-dcse_273 - dcse_279)) - (dcse_240 * dcse_267)) : MC_NAN;
+        if (V & 12) o_j[154 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_241 * (-dcse_274 - dcse_280)) - (dcse_240 * dcse_268)) : MC_NAN;
+        if (V & 12) o_j[155 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_241 * (-dcse_275 - dcse_281)) - (dcse_240 * dcse_269)) : MC_NAN;
+        if (V & 12) o_j[156 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_241 * (-dcse_276 - dcse_282)) - (dcse_240 * dcse_270)) : MC_NAN;
+        if (V & 12) o_j[157 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_241 * (-dcse_277 - dcse_283)) - (dcse_240 * dcse_271)) : MC_NAN;
+        if (V & 12) o_j[158 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-p_K * dcse_221) : MC_NAN;
+        if (V & 12) o_j[159 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * dcse_116) : MC_NAN;
+        if (V & 12) o_j[160 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * dcse_109) : MC_NAN;
+        if (V & 12) o_j[161 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_241 * (-dcse_266 - dcse_278)) - (dcse_240 * dcse_272)) : MC_NAN;
+        if (V & 12) o_j[162 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_241 * (-dcse_267 - dcse_279)) - (dcse_240 * dcse_273)) : MC_NAN;
+        if (V & 12) o_j[163 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_241 * (-dcse_268 - dcse_280)) - (dcse_240 * dcse_274)) : MC_NAN;
+        if (V & 12) o_j[164 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_241 * (-dcse_269 - dcse_281)) - (dcse_240 * dcse_275)) : MC_NAN;
+        if (V & 12) o_j[165 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_241 * (-dcse_270 - dcse_282)) - (dcse_240 * dcse_276)) : MC_NAN;
+        if (V & 12) o_j[166 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_241 * (-dcse_271 - dcse_283)) - (dcse_240 * dcse_277)) : MC_NAN;
+        if (V & 12) o_j[167 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-cse_233 * dcse_136) : MC_NAN;
+        if (V & 12) o_j[168 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * dcse_117) : MC_NAN;
+        if (V & 12) o_j[169 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * dcse_110) : MC_NAN;
+        if (V & 12) o_j[170 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_241 * (-dcse_266 - dcse_272)) - (dcse_240 * dcse_278)) : MC_NAN;
+        if (V & 12) o_j[171 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_241 * (-dcse_267 - dcse_273)) - (dcse_240 * dcse_279)) : MC_NAN;
+        if (V & 12) o_j[172 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_241 * (-dcse_268 - dcse_274)) - (dcse_240 * dcse_280)) : MC_NAN;
+        if (V & 12) o_j[173 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_241 * (-dcse_269 - dcse_275)) - (dcse_240 * dcse_281)) : MC_NAN;
+        if (V & 12) o_j[174 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_241 * (-dcse_270 - dcse_276)) - (dcse_240 * dcse_282)) : MC_NAN;
+        if (V & 12) o_j[175 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_241 * (-dcse_271 - dcse_277)) - (dcse_240 * dcse_283)) : MC_NAN;
+        if (V & 12) o_j[176 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-cse_233 * dcse_139) : MC_NAN;
+        if (V & 12) o_j[177 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * dcse_118) : MC_NAN;
+        if (V & 12) o_j[178 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * dcse_111) : MC_NAN;
+        if (V & 12) o_j[179 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * dcse_78) : MC_NAN;
+        if (V & 12) o_j[180 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * dcse_79) : MC_NAN;
+        if (V & 12) o_j[181 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * dcse_80) : MC_NAN;
+        if (V & 12) o_j[182 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * (-dcse_239 + (cse_21 * dcse_83))) : MC_NAN;
+        if (V & 12) o_j[185 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-cse_233 * dcse_141) : MC_NAN;
+        if (V & 12) o_j[186 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * dcse_119) : MC_NAN;
+        if (V & 12) o_j[187 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * dcse_112) : MC_NAN;
+        if (V & 12) o_j[188 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * dcse_89) : MC_NAN;
+        if (V & 12) o_j[189 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * dcse_90) : MC_NAN;
+        if (V & 12) o_j[190 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * dcse_91) : MC_NAN;
+        if (V & 12) o_j[191 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * (-dcse_239 + (cse_21 * dcse_94))) : MC_NAN;
+        if (V & 12) o_j[193 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-cse_233 * dcse_143) : MC_NAN;
+        if (V & 12) o_j[194 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * dcse_120) : MC_NAN;
+        if (V & 12) o_j[195 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * dcse_113) : MC_NAN;
+        if (V & 12) o_j[196 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * dcse_99) : MC_NAN;
+        if (V & 12) o_j[197 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * dcse_100) : MC_NAN;
+        if (V & 12) o_j[198 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * dcse_101) : MC_NAN;
+        if (V & 12) o_j[199 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_233 * (-dcse_239 + (cse_21 * dcse_104))) : MC_NAN;
+        if (V & 12) o_j[200 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-cse_233 * dcse_145) : MC_NAN;
+        if (V & 8) o_j[201 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_128 * dcse_151) : MC_NAN;
+        if (V & 8) o_j[202 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_128 * dcse_155) : MC_NAN;
+        if (V & 8) o_j[204 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_128 * dcse_160) : MC_NAN;
+        if (V & 8) o_j[205 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_163 * dcse_58) : MC_NAN;
+        if (V & 8) o_j[206 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_20 * dcse_169) : MC_NAN;
+        if (V & 8) o_j[207 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_27 * dcse_152) : MC_NAN;
+        if (V & 8) o_j[208 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_134 * dcse_155) : MC_NAN;
+        if (V & 8) o_j[210 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_27 * dcse_161) : MC_NAN;
+        if (V & 8) o_j[211 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_163 * dcse_70) : MC_NAN;
+        if (V & 8) o_j[212 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_27 * dcse_169) : MC_NAN;
+        if (V & 8) o_j[213 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_29 * dcse_152) : MC_NAN;
+        if (V & 8) o_j[214 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_29 * dcse_156) : MC_NAN;
+        if (V & 8) o_j[216 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_29 * dcse_161) : MC_NAN;
+        if (V & 8) o_j[217 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_163 * dcse_73) : MC_NAN;
+        if (V & 8) o_j[218 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_29 * dcse_169) : MC_NAN;
+        if (V & 8) o_j[219 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_14 * dcse_152) : MC_NAN;
+        if (V & 8) o_j[220 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_14 * dcse_156) : MC_NAN;
+        if (V & 8) o_j[222 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_14 * dcse_161) : MC_NAN;
+        if (V & 8) o_j[223 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_163 * dcse_76) : MC_NAN;
+        if (V & 8) o_j[224 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_14 * dcse_169) : MC_NAN;
+        if (V & 8) o_j[225 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_15 * dcse_152) : MC_NAN;
+        if (V & 8) o_j[226 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_15 * dcse_156) : MC_NAN;
+        if (V & 8) o_j[228 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_15 * dcse_161) : MC_NAN;
+        if (V & 8) o_j[230 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_15 * dcse_169) : MC_NAN;
+        if (V & 8) o_j[231 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_16 * dcse_152) : MC_NAN;
+        if (V & 8) o_j[232 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_16 * dcse_156) : MC_NAN;
+        if (V & 8) o_j[234 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_16 * dcse_161) : MC_NAN;
+        if (V & 8) o_j[236 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_16 * dcse_169) : MC_NAN;
+        if (V & 8) o_j[237 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_171 * (dcse_157 - (((real)0.6666666666666666) * cse_21 * cse_30 * dcse_264))) : MC_NAN;
+        if (V & 8) o_j[238 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (((real)2.449489742783178) * dcse_154 * (-(((real)1.3333333333333333) * dcse_149) + (((real)1.3333333333333333) * cse_21 * cse_30 * dcse_264))) : MC_NAN;
+        if (V & 8) o_j[239 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_170 * dcse_51) : MC_NAN;
+        if (V & 8) o_j[240 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_50 * ((dcse_158 * dcse_170) + (((real)0.5443310539518174) * dcse_149))) : MC_NAN;
+        if (V & 8) o_j[241 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_131 * dcse_162) : MC_NAN;
+        if (V & 8) o_j[242 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (((real)2.449489742783178) * dcse_260 * (dcse_130 + (((real)0.3333333333333333) * dcse_166))) : MC_NAN;
+        if (V & 8) o_j[243 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_62 * (-dcse_147 + (((real)2.0) * dcse_105))) : MC_NAN;
+        if (V & 8) o_j[244 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_154 * (-(((real)4.0) * dcse_105) + (((real)4.0) * cse_30 * dcse_264))) : MC_NAN;
+        if (V & 8) o_j[246 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_50 * ((((real)0.6666666666666666) * dcse_105) + (((real)0.816496580927726) * dcse_158))) : MC_NAN;
+        if (V & 8) o_j[248 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_260 * (((real)1.0) + (cse_21 * dcse_106))) : MC_NAN;
+        if (V & 8) o_j[249 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_232 * (cse_230 + dcse_222)) + (dcse_220 * dcse_223)) : MC_NAN;
+        if (V & 8) o_j[250 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_261 + (dcse_220 * dcse_227) - (cse_230 * dcse_226)) : MC_NAN;
+        if (V & 8) o_j[251 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-dcse_221) : MC_NAN;
+        if (V & 8) o_j[252 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_220 * dcse_230) : MC_NAN;
+        if (V & 8) o_j[253 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-dcse_163 * dcse_194) : MC_NAN;
+        if (V & 8) o_j[254 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_219 * dcse_233) : MC_NAN;
+        if (V & 8) o_j[255 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_232 * (cse_243 + dcse_222)) + (dcse_134 * dcse_224)) : MC_NAN;
+        if (V & 8) o_j[256 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_261 + (dcse_134 * dcse_228) - (cse_243 * dcse_226)) : MC_NAN;
+        if (V & 8) o_j[257 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-cse_233 * dcse_135) : MC_NAN;
+        if (V & 8) o_j[258 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_134 * dcse_231) : MC_NAN;
+        if (V & 8) o_j[259 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-dcse_163 * dcse_197) : MC_NAN;
+        if (V & 8) o_j[260 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_27 * dcse_234) : MC_NAN;
+        if (V & 8) o_j[261 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_232 * (cse_244 + dcse_222)) + (cse_29 * dcse_225)) : MC_NAN;
+        if (V & 8) o_j[262 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (dcse_261 + (cse_29 * dcse_229) - (cse_244 * dcse_226)) : MC_NAN;
+        if (V & 8) o_j[263 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-cse_233 * dcse_138) : MC_NAN;
+        if (V & 8) o_j[264 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_29 * dcse_232) : MC_NAN;
+        if (V & 8) o_j[265 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-dcse_163 * dcse_200) : MC_NAN;
+        if (V & 8) o_j[266 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_29 * dcse_234) : MC_NAN;
+        if (V & 8) o_j[267 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_14 * dcse_225) + (cse_232 * cse_245)) : MC_NAN;
+        if (V & 8) o_j[268 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_14 * dcse_229) - (cse_245 * dcse_226)) : MC_NAN;
+        if (V & 8) o_j[269 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-cse_233 * dcse_140) : MC_NAN;
+        if (V & 8) o_j[270 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_14 * dcse_232) : MC_NAN;
+        if (V & 8) o_j[271 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-dcse_163 * dcse_203) : MC_NAN;
+        if (V & 8) o_j[272 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_14 * dcse_234) : MC_NAN;
+        if (V & 8) o_j[273 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_15 * dcse_225) + (cse_232 * cse_246)) : MC_NAN;
+        if (V & 8) o_j[274 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_15 * dcse_229) - (cse_246 * dcse_226)) : MC_NAN;
+        if (V & 8) o_j[275 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-cse_233 * dcse_142) : MC_NAN;
+        if (V & 8) o_j[276 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_15 * dcse_232) : MC_NAN;
+        if (V & 8) o_j[277 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-cse_233 * dcse_164) : MC_NAN;
+        if (V & 8) o_j[278 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_15 * dcse_234) : MC_NAN;
+        if (V & 8) o_j[279 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_16 * dcse_225) + (cse_232 * cse_247)) : MC_NAN;
+        if (V & 8) o_j[280 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_16 * dcse_229) - (cse_247 * dcse_226)) : MC_NAN;
+        if (V & 8) o_j[281 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-cse_233 * dcse_144) : MC_NAN;
+        if (V & 8) o_j[282 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_16 * dcse_232) : MC_NAN;
+        if (V & 8) o_j[283 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (-cse_233 * dcse_165) : MC_NAN;
+        if (V & 8) o_j[284 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_16 * dcse_234) : MC_NAN;
         o_c[l] = perzyna_iso_radial_return_solve_converged;
         o_it[l] = perzyna_iso_radial_return_solve_iterations;
         o_r[l] = perzyna_iso_radial_return_solve_residual_norm;
@@ -2700,42 +2379,42 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         {68, 2, 2}, {69, 2, 3}, {70, 2, 4}, {71, 2, 5}, {72, 2, 6}, {73, 2, 7}, {74, 2, 8}, {75, 2, 9},
         {76, 2, 10}, {77, 2, 11}, {78, 2, 12}, {79, 2, 13}, {80, 2, 14}, {81, 3, 0}, {82, 3, 1}, {83, 3, 2},
         {84, 3, 3}, {85, 3, 4}, {86, 3, 5}, {87, 3, 6}, {88, 3, 7}, {89, 3, 8}, {90, 3, 9}, {91, 3, 10},
-        {92, 3, 11}, {93, 3, 12}, {94, 3, 13}, {95, 3, 14}, {96, 4, 0}, {97, 4, 1}, {98, 4, 2}, {99, 4, 3},
-        {100, 4, 4}, {101, 4, 5}, {102, 4, 6}, {103, 4, 7}, {104, 4, 8}, {105, 4, 9}, {106, 4, 10}, {107, 4, 11},
-        {108, 4, 12}, {109, 4, 13}, {110, 4, 14}, {111, 5, 0}, {112, 5, 1}, {113, 5, 2}, {114, 5, 3}, {115, 5, 4},
-        {116, 5, 5}, {117, 5, 6}, {118, 5, 7}, {119, 5, 8}, {120, 5, 9}, {121, 5, 10}, {122, 5, 11}, {123, 5, 12},
-        {124, 5, 13}, {125, 5, 14}, {126, 6, 0}, {127, 6, 1}, {128, 6, 2}, {129, 6, 3}, {130, 6, 4}, {131, 6, 5},
-        {132, 6, 6}, {133, 6, 7}, {134, 6, 8}, {135, 6, 9}, {136, 6, 10}, {137, 6, 11}, {138, 6, 12}, {139, 6, 13},
-        {140, 6, 14}, {141, 7, 0}, {142, 7, 1}, {143, 7, 2}, {144, 7, 3}, {145, 7, 4}, {146, 7, 5}, {147, 7, 6},
-        {148, 7, 7}, {149, 7, 8}, {150, 7, 9}, {151, 7, 10}, {152, 7, 11}, {153, 7, 12}, {154, 7, 13}, {155, 7, 14},
-        {0, 8, 0}, {1, 8, 1}, {2, 8, 2}, {3, 8, 3}, {4, 8, 4}, {5, 8, 5}, {156, 8, 6}, {157, 8, 7},
-        {158, 8, 8}, {159, 8, 9}, {160, 8, 10}, {161, 8, 11}, {162, 8, 12}, {163, 8, 13}, {164, 8, 14}, {6, 9, 0},
-        {7, 9, 1}, {8, 9, 2}, {9, 9, 3}, {10, 9, 4}, {11, 9, 5}, {165, 9, 6}, {166, 9, 7}, {167, 9, 8},
-        {168, 9, 9}, {169, 9, 10}, {170, 9, 11}, {171, 9, 12}, {172, 9, 13}, {173, 9, 14}, {12, 10, 0}, {13, 10, 1},
-        {14, 10, 2}, {15, 10, 3}, {16, 10, 4}, {17, 10, 5}, {174, 10, 6}, {175, 10, 7}, {176, 10, 8}, {177, 10, 9},
-        {178, 10, 10}, {179, 10, 11}, {180, 10, 12}, {181, 10, 13}, {182, 10, 14}, {18, 11, 0}, {19, 11, 1}, {20, 11, 2},
-        {21, 11, 3}, {22, 11, 4}, {23, 11, 5}, {183, 11, 6}, {184, 11, 7}, {185, 11, 8}, {186, 11, 9}, {187, 11, 10},
-        {188, 11, 11}, {189, 11, 12}, {190, 11, 13}, {191, 11, 14}, {24, 12, 0}, {25, 12, 1}, {26, 12, 2}, {27, 12, 3},
-        {28, 12, 4}, {29, 12, 5}, {192, 12, 6}, {193, 12, 7}, {194, 12, 8}, {195, 12, 9}, {196, 12, 10}, {197, 12, 11},
-        {198, 12, 12}, {199, 12, 13}, {200, 12, 14}, {30, 13, 0}, {31, 13, 1}, {32, 13, 2}, {33, 13, 3}, {34, 13, 4},
-        {35, 13, 5}, {201, 13, 6}, {202, 13, 7}, {203, 13, 8}, {204, 13, 9}, {205, 13, 10}, {206, 13, 11}, {207, 13, 12},
-        {208, 13, 13}, {209, 13, 14}, {210, 0, 15}, {211, 0, 16}, {212, 0, 17}, {213, 0, 18}, {214, 0, 19}, {215, 0, 20},
-        {216, 1, 15}, {217, 1, 16}, {218, 1, 17}, {219, 1, 18}, {220, 1, 19}, {221, 1, 20}, {222, 2, 15}, {223, 2, 16},
-        {224, 2, 17}, {225, 2, 18}, {226, 2, 19}, {227, 2, 20}, {228, 3, 15}, {229, 3, 16}, {230, 3, 17}, {231, 3, 18},
-        {232, 3, 19}, {233, 3, 20}, {234, 4, 15}, {235, 4, 16}, {236, 4, 17}, {237, 4, 18}, {238, 4, 19}, {239, 4, 20},
-        {240, 5, 15}, {241, 5, 16}, {242, 5, 17}, {243, 5, 18}, {244, 5, 19}, {245, 5, 20}, {246, 6, 15}, {247, 6, 16},
-        {248, 6, 17}, {249, 6, 18}, {250, 6, 19}, {251, 6, 20}, {252, 7, 15}, {253, 7, 16}, {254, 7, 17}, {255, 7, 18},
-        {256, 7, 19}, {257, 7, 20}, {258, 8, 15}, {259, 8, 16}, {260, 8, 17}, {261, 8, 18}, {262, 8, 19}, {263, 8, 20},
-        {264, 9, 15}, {265, 9, 16}, {266, 9, 17}, {267, 9, 18}, {268, 9, 19}, {269, 9, 20}, {270, 10, 15}, {271, 10, 16},
-        {272, 10, 17}, {273, 10, 18}, {274, 10, 19}, {275, 10, 20}, {276, 11, 15}, {277, 11, 16}, {278, 11, 17}, {279, 11, 18},
-        {280, 11, 19}, {281, 11, 20}, {282, 12, 15}, {283, 12, 16}, {284, 12, 17}, {285, 12, 18}, {286, 12, 19}, {287, 12, 20},
-        {288, 13, 15}, {289, 13, 16}, {290, 13, 17}, {291, 13, 18}, {292, 13, 19}, {293, 13, 20},
+        {92, 3, 11}, {93, 3, 12}, {94, 3, 13}, {95, 3, 14}, {96, 4, 0}, {97, 4, 1}, {98, 4, 2}, {85, 4, 3},
+        {99, 4, 4}, {100, 4, 5}, {101, 4, 6}, {102, 4, 7}, {103, 4, 8}, {104, 4, 9}, {105, 4, 10}, {93, 4, 11},
+        {106, 4, 12}, {107, 4, 13}, {108, 4, 14}, {109, 5, 0}, {110, 5, 1}, {111, 5, 2}, {86, 5, 3}, {100, 5, 4},
+        {112, 5, 5}, {113, 5, 6}, {114, 5, 7}, {115, 5, 8}, {116, 5, 9}, {117, 5, 10}, {94, 5, 11}, {107, 5, 12},
+        {118, 5, 13}, {119, 5, 14}, {120, 6, 0}, {121, 6, 1}, {122, 6, 2}, {123, 6, 3}, {124, 6, 4}, {125, 6, 5},
+        {126, 6, 6}, {127, 6, 7}, {128, 6, 8}, {129, 6, 9}, {130, 6, 10}, {131, 6, 11}, {132, 6, 12}, {133, 6, 13},
+        {134, 6, 14}, {135, 7, 0}, {136, 7, 1}, {137, 7, 2}, {138, 7, 3}, {139, 7, 4}, {140, 7, 5}, {141, 7, 6},
+        {142, 7, 7}, {143, 7, 8}, {144, 7, 9}, {145, 7, 10}, {146, 7, 11}, {147, 7, 12}, {148, 7, 13}, {149, 7, 14},
+        {0, 8, 0}, {1, 8, 1}, {2, 8, 2}, {3, 8, 3}, {4, 8, 4}, {5, 8, 5}, {150, 8, 6}, {151, 8, 7},
+        {152, 8, 8}, {153, 8, 9}, {154, 8, 10}, {155, 8, 11}, {156, 8, 12}, {157, 8, 13}, {158, 8, 14}, {6, 9, 0},
+        {7, 9, 1}, {8, 9, 2}, {9, 9, 3}, {10, 9, 4}, {11, 9, 5}, {159, 9, 6}, {160, 9, 7}, {161, 9, 8},
+        {162, 9, 9}, {163, 9, 10}, {164, 9, 11}, {165, 9, 12}, {166, 9, 13}, {167, 9, 14}, {12, 10, 0}, {13, 10, 1},
+        {14, 10, 2}, {15, 10, 3}, {16, 10, 4}, {17, 10, 5}, {168, 10, 6}, {169, 10, 7}, {170, 10, 8}, {171, 10, 9},
+        {172, 10, 10}, {173, 10, 11}, {174, 10, 12}, {175, 10, 13}, {176, 10, 14}, {18, 11, 0}, {19, 11, 1}, {20, 11, 2},
+        {21, 11, 3}, {22, 11, 4}, {23, 11, 5}, {177, 11, 6}, {178, 11, 7}, {179, 11, 8}, {180, 11, 9}, {181, 11, 10},
+        {182, 11, 11}, {183, 11, 12}, {184, 11, 13}, {185, 11, 14}, {24, 12, 0}, {25, 12, 1}, {26, 12, 2}, {22, 12, 3},
+        {28, 12, 4}, {29, 12, 5}, {186, 12, 6}, {187, 12, 7}, {188, 12, 8}, {189, 12, 9}, {190, 12, 10}, {183, 12, 11},
+        {191, 12, 12}, {192, 12, 13}, {193, 12, 14}, {30, 13, 0}, {31, 13, 1}, {32, 13, 2}, {23, 13, 3}, {29, 13, 4},
+        {35, 13, 5}, {194, 13, 6}, {195, 13, 7}, {196, 13, 8}, {197, 13, 9}, {198, 13, 10}, {184, 13, 11}, {192, 13, 12},
+        {199, 13, 13}, {200, 13, 14}, {201, 0, 15}, {202, 0, 16}, {203, 0, 17}, {204, 0, 18}, {205, 0, 19}, {206, 0, 20},
+        {207, 1, 15}, {208, 1, 16}, {209, 1, 17}, {210, 1, 18}, {211, 1, 19}, {212, 1, 20}, {213, 2, 15}, {214, 2, 16},
+        {215, 2, 17}, {216, 2, 18}, {217, 2, 19}, {218, 2, 20}, {219, 3, 15}, {220, 3, 16}, {221, 3, 17}, {222, 3, 18},
+        {223, 3, 19}, {224, 3, 20}, {225, 4, 15}, {226, 4, 16}, {227, 4, 17}, {228, 4, 18}, {229, 4, 19}, {230, 4, 20},
+        {231, 5, 15}, {232, 5, 16}, {233, 5, 17}, {234, 5, 18}, {235, 5, 19}, {236, 5, 20}, {237, 6, 15}, {238, 6, 16},
+        {239, 6, 17}, {240, 6, 18}, {241, 6, 19}, {242, 6, 20}, {243, 7, 15}, {244, 7, 16}, {245, 7, 17}, {246, 7, 18},
+        {247, 7, 19}, {248, 7, 20}, {249, 8, 15}, {250, 8, 16}, {251, 8, 17}, {252, 8, 18}, {253, 8, 19}, {254, 8, 20},
+        {255, 9, 15}, {256, 9, 16}, {257, 9, 17}, {258, 9, 18}, {259, 9, 19}, {260, 9, 20}, {261, 10, 15}, {262, 10, 16},
+        {263, 10, 17}, {264, 10, 18}, {265, 10, 19}, {266, 10, 20}, {267, 11, 15}, {268, 11, 16}, {269, 11, 17}, {270, 11, 18},
+        {271, 11, 19}, {272, 11, 20}, {273, 12, 15}, {274, 12, 16}, {275, 12, 17}, {276, 12, 18}, {277, 12, 19}, {278, 12, 20},
+        {279, 13, 15}, {280, 13, 16}, {281, 13, 17}, {282, 13, 18}, {283, 13, 19}, {284, 13, 20},
     };
     int mc_bad = 0;
     MC_LANES mc_bad |= mc_z[l] != mc_z[l];
     if (mc_bad) {
         for (int k = 0; k < 14 * MC_W; ++k) o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];
-        for (int k = 0; k < (V == 2 ? 36 : V == 4 ? 210 : V == 8 ? 294 : 0) * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
+        for (int k = 0; k < (V == 2 ? 36 : V == 4 ? 201 : V == 8 ? 285 : 0) * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
         MC_LANES o_c[l] = mc_z[l] != mc_z[l] ? 0 : o_c[l];
     }
     mc_store(a->y + i0 * a->ys, a->ys, o_y, 14, nl, a->flags & MC_STREAM);

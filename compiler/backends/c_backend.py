@@ -760,16 +760,29 @@ class _Stores:
         self.ok, self.layout, self.check = ok, layout, check
         self.y = list(layout.output_entries(program))
         self.slots: dict[sp.Expr, int] = {}
+        # entry -> the further slots that hold it: in a variant that returns every entry of its
+        # block (a tangent), an entry equal to another (a symmetric tangent's (i, j) and (j, i))
+        # gets a slot of its own too, so the block is staged whole and goes out with mc_store
+        self.copies: dict[sp.Expr, list[int]] = {}
+        self.nslots = 0
         self.bits: dict[sp.Expr, int] = {}  # entry -> the variants that return it
         self.tables = []  # (the group's variants and shapes, [(slot, row, column)], entries per variant)
         self.reach: dict[int, int] = {}  # variant bit -> the slots below this bound hold its entries
         for group in jacobian_groups(program, layout):
             table, counts = [], []
+            whole = len(group) == 1 and len(group[0][2]) == group[0][1][0] * group[0][1][1]
             for k, (v, _, entries) in enumerate(group):
                 for (r, c), e in entries:
-                    self.slots.setdefault(e, len(self.slots))
+                    if e not in self.slots:
+                        self.slots[e] = slot = self.nslots
+                        self.nslots += 1
+                    elif whole:
+                        self.copies.setdefault(e, []).append(slot := self.nslots)
+                        self.nslots += 1
+                    else:
+                        slot = self.slots[e]
                     self.bits[e] = self.bits.get(e, 0) | sum(w.bit for w, _, _ in group[k:])
-                    table.append((self.slots[e], r, c))
+                    table.append((slot, r, c))
                 counts.append(len(table))
             self.tables.append(([(v, shape) for v, shape, _ in group], table, counts))
             for (v, _, _), n in zip(group, counts):  # the slots a variant's entries reach
@@ -789,7 +802,8 @@ class _Stores:
         if sym in self.slots and sym not in self.staged:
             self.staged.add(sym)
             cond = "" if mask & ~self.bits[sym] == 0 else f"if (V & {self.bits[sym]}) "
-            ops.append((None, f"{cond}o_j[{self.slots[sym]} * MC_W + l]", self._value(sym)))
+            for slot in [self.slots[sym], *self.copies.get(sym, ())]:
+                ops.append((None, f"{cond}o_j[{slot} * MC_W + l]", self._value(sym)))
         return ops
 
     def rest(self, full: int) -> list:
@@ -800,14 +814,15 @@ class _Stores:
                 by_mask.setdefault(full, _Loop(mask=full)).ops.append((None, f"o_y[{col} * MC_W + l]", self._value(e)))
         for e, slot in self.slots.items():
             if e not in self.staged:
-                by_mask.setdefault(self.bits[e], _Loop(mask=self.bits[e])).ops.append(
-                    (None, f"o_j[{slot} * MC_W + l]", self._value(e)))
+                for k in [slot, *self.copies.get(e, ())]:
+                    by_mask.setdefault(self.bits[e], _Loop(mask=self.bits[e])).ops.append(
+                        (None, f"o_j[{k} * MC_W + l]", self._value(e)))
         return [by_mask[m] for m in sorted(by_mask, key=lambda m: (-bin(m).count("1"), m))]
 
     def declarations(self) -> list[str]:
         out = [f"real o_y[{self.layout.ny} * MC_W];"]
         if self.tables:
-            out.append(f"real o_j[{max(len(self.slots), 1)} * MC_W];")
+            out.append(f"real o_j[{max(self.nslots, 1)} * MC_W];")
         if self.ok is not None:
             out += ["int o_c[MC_W], o_it[MC_W];", "real o_r[MC_W];"]
         return out

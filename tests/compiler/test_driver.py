@@ -29,7 +29,7 @@ def test_compiling_a_model_does_not_import_torch():
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["torch"] is False
     assert out["numpy"] is False  # ~0.1 s of a cold compile: modelc.functions imports it lazily
-    assert out["stages"] == ["compose", "positive", "differentiate", "lower", "cse", "variants", "emit"]
+    assert out["stages"] == ["compose", "positive", "differentiate", "lower", "cse", "blocks", "variants", "emit"]
     assert out["lines"] > 1000
 
 

@@ -158,17 +158,18 @@ def test_library_models_match_torch(library, name):
 
 def test_scalar_solves_are_inline():
     """A one-unknown Newton (the radial returns) and its 1 x 1 tangent solve divide inline in the lane
-    loop (expand_solve's x = b * (1/a), the arithmetic of mc_lu_solve for n = 1): no call, no staged A
-    and B, and the block function keeps its values in one loop after the Newton instead of lane
-    arrays between five (measured on j2_voce_af: speed unchanged, results bit-identical, C source
-    about 950 lines shorter).
+    loop: no call, no staged A and B, and the block function keeps its values in one loop after the
+    Newton instead of lane arrays between five (measured on j2_voce_af: speed unchanged, results
+    bit-identical, C source about 950 lines shorter). The tangent's solve was expand_solve's
+    x = b * (1/a) (``ls1_``); since passes.blocks it is a product with one shared reciprocal among
+    the regrouped statements (``dcse_``), and no linear solve is left.
     The values are checked against PyTorch by test_library_models_match_torch; coupled systems keep
     mc_lu_solve."""
     import importlib
 
     src = importlib.import_module("modelc.generated.j2_voce_af").C_SOURCE
     assert "mc_lu_solve(1," not in src and "mc_A[" not in src and "mc_ls1_A" not in src
-    assert "nt1_dx" in src and "const real ls1_" in src
+    assert "nt1_dx" in src and "ls1_" not in src and "const real dcse_" in src
     block = src[src.index("MC_INLINE void block_eval"):]
     assert block.count("MC_SIMD MC_LANES") == 2 and "real v_cse_" not in block
     coupled = importlib.import_module("modelc.generated.j2_perfect_coupled").C_SOURCE

@@ -331,7 +331,7 @@ def test_tangent_chunks_stored_as_soon_as_computed():
         assert f"mask[:, None] & (tl.arange(0, {width})[None, :] < {width})" in store, (start, store)
     for start, i in pairs.items():  # after both of its chunks are computed (and stored in float64)
         assert i > fours[start] and i > fours[start + 4], (start, heads)
-    entry = re.compile(r"^\s+d\d+ = ")
+    entry = re.compile(r"^\s+(d|dcse_)\d+ = ")  # (entries, and since passes.blocks the row vectors they read)
     first_store = min(fours.values())
     assert any(entry.match(l) for l in lines[first_store:])  # entries still computed after the first store
     first_y = min(i for i, l in enumerate(lines) if "tl.store(Y" in l)

@@ -42,8 +42,8 @@ def test_dump_ir_is_identical_across_hash_seeds(tmp_path):
     a, b = _dump(tmp_path, "0"), _dump(tmp_path, "4242")
     # front end (yaml, models), then every pass for every composition
     assert list(a)[:3] == ["library/01_yaml.txt", "library/02_models.txt", "library/03_elastic.compose.txt"]
-    assert "library/31_perzyna_iso.cse.txt" in a and "library/32_perzyna_iso.variants.txt" in a
-    variants = a["library/32_perzyna_iso.variants.txt"].decode()  # one program serves every call
+    assert "library/35_perzyna_iso.cse.txt" in a and "library/36_perzyna_iso.blocks.txt" in a
+    variants = a["library/37_perzyna_iso.variants.txt"].decode()  # one program serves every call
     for line in ("variant value (bit 1)", "variant tangent (bit 2) d(state/S)/d(forces/E)",
                  "variant jacobian (bit 4) d(*)/d(*)", "variant total (bit 8)"):
         assert line in variants, line

@@ -27,7 +27,7 @@ def spec():
 def test_every_stage_of_library_models_verifies(spec, name):
     done = driver.lower_model(spec, name, verify=True)
     kinds = [s.name for s in done.stages]
-    assert kinds == ["compose", "positive", "differentiate", "lower", "cse", "variants"]
+    assert kinds == ["compose", "positive", "differentiate", "lower", "cse", "blocks", "variants"]
     assert [v.name for v in done.program.variants] == ["value", "tangent", "jacobian", "total"]
 
 

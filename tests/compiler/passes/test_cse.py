@@ -108,17 +108,20 @@ def test_newton_invariants_are_hoisted_out_of_the_iteration():
     assert len(hoisted) >= 6  # at least the six trial-stress components
 
 
-def test_linear_solve_shares_one_cse_unit_with_its_segment():
+def test_linear_solve_shares_one_cse_unit_with_its_segment(monkeypatch):
     """j2_voce_af with its tangent: the residual system at the solution (the solve's A and B) and
     the outputs after the solve are one CSE unit, so the norm of the direction (a sqrt) is computed
     once outside the Newton solve (twice before, once for each side of the solve), and the Voce
     hardening (an exp) once; since the solve hands the exp to the statements after it
     (ir.Newton.exports, test_exports.py), it is computed there no more. Statements before the solve read none of its
     solutions, and the program verifies (the numbers are checked against NEML2 and the other
-    backends in tests/models)."""
+    backends in tests/models). The CSE stage's program: passes.blocks then turns the 1 x 1 solve
+    into products with one reciprocal (test_blocks.py)."""
     from modelc import driver
     from modelc.ir import LinearSolve, verify
     from modelc.ir.analysis import reads
+
+    _without_blocks(monkeypatch)
 
     spec = driver.load_spec(Path(__file__).parents[3] / "spec" / "library.yaml")
     done = driver.lower_model(spec, "j2_voce_af")
@@ -139,6 +142,14 @@ def test_linear_solve_shares_one_cse_unit_with_its_segment():
     assert not any(reads(st) & solved for st in prog.body[:k])
     assert any(reads(st) & solved for st in prog.body[k + 1:])
     verify.verify_program(prog)
+
+
+def _without_blocks(monkeypatch) -> None:
+    """The pipeline without the ``blocks`` stage (passes.blocks, which regroups the derivative
+    blocks after CSE): what these tests measure is the CSE pass."""
+    import modelc.passes.blocks as blocks_pass
+
+    monkeypatch.setattr(blocks_pass, "regroup", lambda program, select=None: program)
 
 
 def _ops(model: str, view: str | None = "tangent") -> dict[str, int]:
@@ -166,6 +177,7 @@ def test_chain_rule_products_are_shared_and_never_cost_more(monkeypatch):
     import modelc.passes.positive as positive_pass
 
     monkeypatch.setattr(positive_pass, "factor_positive", lambda model: model)
+    _without_blocks(monkeypatch)
     models = ("perzyna_iso", "j2_perfect_coupled")
     both = {m: _ops(m) for m in models}
     whole = {m: _ops(m, None) for m in models}
