@@ -927,3 +927,19 @@ def test_only_a_newton_guess_takes_the_approximate_power():
     assert ref.status.all_converged and out.status.all_converged
     assert _rel(out.outputs.tensor, ref.outputs.tensor) < 1e-12
     assert _rel(out.jacobian.tensor, ref.jacobian.tensor) < 1e-12
+
+
+@pytest.mark.parametrize("name", ["j2_perfect", "j2_linear_iso", "j2_voce_af", "perzyna_iso", "norton"])
+def test_a_symmetric_tangent_still_goes_out_whole(name):
+    """Since passes.blocks, a radial return's tangent has equal entries ((3, 4) and (4, 3) are one
+    expression); each gets a staging slot of its own, so the block's 36 entries are stored with one
+    mc_store (streaming stores at 1e5 points), not through the scatter table point by point (which
+    made perzyna_iso's tangent call 2x slower). The values are checked against PyTorch elsewhere."""
+    import importlib
+    import re
+
+    src = importlib.import_module(f"modelc.generated.{name}").C_SOURCE
+    assert "if (V == 2) mc_store(a->j + i0 * a->js, a->js, o_j, 36, nl, a->flags & MC_STREAM);" in src
+    assert "if (V == 2) {" not in src
+    staged = {int(k) for k in re.findall(r"if \(V & 14\) o_j\[(\d+) \* MC_W \+ l\]", src)}
+    assert staged == set(range(36))
