@@ -19,9 +19,11 @@ the old ones only when they take fewer operations (``count_ops``), and an entry 
 would exceed :data:`MAX_TERMS` leaves the program as it is (a coupled system's blocks read the
 solution of its n x n solve: they stay small and keep their form).
 
-Measured on the library (operations of the statements only the derivative blocks read, every
-variant's blocks together; 2026-11-29): j2_linear_iso's tangent 213 -> 121, perzyna_iso's
-256 -> 142, j2_voce_af's 331 -> 276 (see docs/performance.md for the time a point).
+Measured on the library (operations a tangent call takes, 2026-11-29): j2_linear_iso 313 -> 156,
+perzyna_iso 466 -> 298, j2_voce_af 655 -> 522, j2_perfect 327 -> 171, norton 451 -> 278; a full
+Jacobian call 30-45% fewer; the coupled twins and gtn unchanged. At 1e5 points that made the C
+tangent calls of perzyna_iso and j2_perfect 2-5% faster and the others level
+(docs/performance.md): their time is the Newton's and the tangent's stores, not its arithmetic.
 
 The rewrite is algebra over products and sums: each product of the expanded form holds the same
 factors it held before (a gate such as ``ifzero(dgamma, 0, ...)`` stays a factor of every product
@@ -50,21 +52,19 @@ def regroup(program: Program, select: tuple[tuple[str, ...], tuple[str, ...]] | 
     (the full Jacobian's, which read much of what the tangent's did), then the tangent's again (the
     second round shares statements with the Jacobian's that the third makes the tangent's own
     again). Without a declared tangent, every block once. Measured on the library (operations a
-    call, tangent / full Jacobian): j2_voce_af 655 -> 535 / 1658 -> 1224, perzyna_iso 466 -> 299 /
-    772 -> 577, j2_linear_iso 313 -> 156 / 655 -> 392."""
+    call, tangent / full Jacobian): j2_voce_af 655 -> 522 / 1658 -> 1166, perzyna_iso 466 -> 298 /
+    772 -> 565, j2_linear_iso 313 -> 156 / 655 -> 394 (the tangent's blocks alone, once: 535, 302,
+    170 for the tangent, but the full Jacobian's took more than before)."""
     if select is None:
         return regroup_blocks(program)
     return regroup_blocks(regroup_blocks(regroup_blocks(program, select)), select)
 
 
-def regroup_blocks(program: Program, select: tuple[tuple[str, ...], tuple[str, ...]] | None = None,
-                   exclude: bool = False) -> Program:
+def regroup_blocks(program: Program, select: tuple[tuple[str, ...], tuple[str, ...]] | None = None) -> Program:
     """``program`` with the derivative blocks ``select`` (``(of, wrt)`` names: a declared tangent's;
-    None: every block; ``exclude``: every block but those) regrouped (see the module docstring), or
-    ``program`` itself where that saves nothing. The statements the other blocks read stay as they
-    are."""
-    keys = [k for k in program.derivatives
-            if select is None or (k[0] in select[0] and k[1] in select[1]) != exclude]
+    None: every block) regrouped (see the module docstring), or ``program`` itself where that saves
+    nothing. The statements the other blocks read stay as they are."""
+    keys = [k for k in program.derivatives if select is None or (k[0] in select[0] and k[1] in select[1])]
     if not keys:
         return program
     body = list(program.body)
@@ -140,8 +140,8 @@ def regroup_blocks(program: Program, select: tuple[tuple[str, ...], tuple[str, .
     new_ops = sum(sp.count_ops(v) for _, v in replacements) + sum(sp.count_ops(v) for v in reduced)
     if new_ops >= old_ops:
         return program
-    # the kept sums under new names (the old statements may still serve other blocks)
-    # (a kept sum whose value is a common subexpression is that subexpression: no copy)
+    # the kept sums under new names (the old statements may still serve other blocks); a kept sum
+    # whose value is a common subexpression is that subexpression (no copy)
     renamed = {s: v if v.is_Symbol else next(counter) for s, v in zip(kept, reduced[len(flat_entries):])}
     statements = [Assign(s, xreplace(v, renamed)) for s, v in replacements]
     statements += [Assign(renamed[s], xreplace(v, renamed)) for s, v in zip(kept, reduced[len(flat_entries):])

@@ -8,7 +8,9 @@ gives the same symbol and naming never depends on hash order.
   this is its partial derivative; for a composed model the total derivative over its sub-models; for
   an implicit model d unknown / d input (assigned by a LinearSolve).
 - ``model/converged``, ``model/iterations``, ``model/residual_norm``: per-point Newton status.
-- ``cse/k``: common subexpressions, numbered in emission order over the whole program.
+- ``cse/k``: common subexpressions, numbered in emission order over the whole program; ``ncse/k``
+  inside a Newton solve, ``nx/k`` its exports, ``dcse/k`` the derivative blocks' statements
+  regrouped after CSE (:mod:`modelc.passes.blocks`).
 """
 from __future__ import annotations
 
