@@ -624,8 +624,10 @@ MC_INLINE void mc_stream(real *restrict y, const real *restrict s, const int n) 
 MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl,
                         const int nt) {
 #if defined(__AVX__)
-    if (nt && nl == MC_W && ys == nc && nc <= 128) {
-        real q[MC_W * 128] __attribute__((aligned(64)));
+    if (nt && nl == MC_W && ys == nc) {
+        /* (a full Jacobian's block is hundreds of entries a point: its staging on the stack, line aligned) */
+        real qs[nc <= 128 ? MC_W * 128 + 8 : MC_W * nc + 8];
+        real *q = (real *)(((uintptr_t)qs + 63) & ~(uintptr_t)63);
 #if MC_TILES
         const int n4 = nc & ~3;
         for (int l = 0; l < MC_W; l += 4) {

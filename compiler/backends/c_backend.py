@@ -749,12 +749,15 @@ class _Solves:
 
 
 class _Stores:
-    """The outputs and each variant's Jacobian: values staged lane-major in ``o_y`` / ``o_j`` (one slot
-    per distinct entry, shared by the variants that return it), then written to the caller's rows
-    (``mc_store``: 4 x 4 tiles transposed in registers where it can; a sparse or shared Jacobian
-    through a table of (slot, row, column)). ``jacobian`` and ``total`` share one table: their
-    d / d inputs entries sit at the same rows and columns (``total`` rows are wider), the
-    parameter columns of ``total`` follow in the table."""
+    """The outputs and each variant's Jacobian: values staged lane-major in ``o_y`` / ``o_j``, then
+    written to the caller's rows (``mc_store``: 4 x 4 tiles transposed in registers where it can,
+    streaming stores at large batches). A tangent that returns every entry has a slot per entry; a
+    Jacobian group with at least DENSE_FRACTION of its entries nonzero (and at most DENSE_MAX) is
+    staged in the caller's layout, zeros included (``_dense_group``); a sparser one has one slot per
+    distinct entry, shared by the variants that return it, and goes out point by point through a
+    table of (slot, row, column). ``jacobian`` and ``total`` form one group: their d / d inputs
+    entries sit at the same rows and columns (``total`` rows are wider), the parameter columns of
+    ``total`` follow."""
 
     def __init__(self, program: ir.Program, layout: Layout, ok, check: bool):
         self.ok, self.layout, self.check = ok, layout, check
@@ -768,9 +771,18 @@ class _Stores:
         self.bits: dict[sp.Expr, int] = {}  # entry -> the variants that return it
         self.tables = []  # (the group's variants and shapes, [(slot, row, column)], entries per variant)
         self.reach: dict[int, int] = {}  # variant bit -> the slots below this bound hold its entries
+        # a full Jacobian with at least DENSE_FRACTION of its entries nonzero is staged in its own
+        # layout (entry (r, c) of variant v at slot r * columns + c, its zeros stored too) and goes
+        # out whole with mc_store, like a tangent: entry -> [(variant bit, slot)], and per variant
+        # (bit, rows x columns, the slots of its structural zeros)
+        self.dense_slots: dict[sp.Expr, list[tuple[int, int]]] = {}
+        self.dense: list[tuple[int, int, list[int]]] = []
         for group in jacobian_groups(program, layout):
-            table, counts = [], []
             whole = len(group) == 1 and len(group[0][2]) == group[0][1][0] * group[0][1][1]
+            if not whole and _dense(group):
+                self._dense_group(group)
+                continue
+            table, counts = [], []
             for k, (v, _, entries) in enumerate(group):
                 for (r, c), e in entries:
                     if e not in self.slots:
@@ -789,6 +801,35 @@ class _Stores:
                 self.reach[v.bit] = max(self.reach.get(v.bit, 0), max((t[0] + 1 for t in table[:n]), default=0))
         self.staged: set = set()
 
+    def _dense_group(self, group) -> None:
+        inherited: list = []  # total's entries include the Jacobian's, at the same rows and columns
+        for v, (nty, ntx), entries in group:
+            every = inherited + list(entries)
+            for (r, c), e in every:
+                self.dense_slots.setdefault(e, []).append((v.bit, r * ntx + c))
+            covered = {r * ntx + c for (r, c), _ in every}
+            self.dense.append((v.bit, nty * ntx, [k for k in range(nty * ntx) if k not in covered]))
+            self.reach[v.bit] = nty * ntx
+            inherited = every
+
+    def _dense_ops(self, sym, mask: int) -> list:
+        """One staging store of ``sym`` for every dense variant that returns it: its slot a constant
+        once the entry point's V is inlined (``(V == 4 ? 105 : 140)``: the Jacobian's row is 21
+        entries, the total's 28)."""
+        by_bit: dict[int, list[int]] = {}
+        for bit, k in self.dense_slots.get(sym, ()):
+            by_bit.setdefault(bit, []).append(k)
+        ops = []
+        for i in range(max(len(ks) for ks in by_bit.values())):  # (an entry equal to another: a slot each)
+            places = [(bit, ks[i]) for bit, ks in by_bit.items() if i < len(ks)]
+            bits = sum(bit for bit, _ in places)
+            slot = str(places[-1][1])
+            for bit, k in reversed(places[:-1]):
+                slot = f"V == {bit} ? {k} : {slot}"
+            slot = slot if len(places) == 1 else f"({slot})"
+            ops.append((None, f"{'' if mask & ~bits == 0 else f'if (V & {bits}) '}o_j[{slot} * MC_W + l]", self._value(sym)))
+        return ops
+
     def _value(self, e):
         return ("{0} ? {1} : MC_NAN", (self.ok, e)) if self.ok is not None else e
 
@@ -804,6 +845,9 @@ class _Stores:
             cond = "" if mask & ~self.bits[sym] == 0 else f"if (V & {self.bits[sym]}) "
             for slot in [self.slots[sym], *self.copies.get(sym, ())]:
                 ops.append((None, f"{cond}o_j[{slot} * MC_W + l]", self._value(sym)))
+        if sym in self.dense_slots and ("dense", sym) not in self.staged:
+            self.staged.add(("dense", sym))
+            ops += self._dense_ops(sym, mask)
         return ops
 
     def rest(self, full: int) -> list:
@@ -817,12 +861,19 @@ class _Stores:
                 for k in [slot, *self.copies.get(e, ())]:
                     by_mask.setdefault(self.bits[e], _Loop(mask=self.bits[e])).ops.append(
                         (None, f"o_j[{k} * MC_W + l]", self._value(e)))
+        for e, places in self.dense_slots.items():
+            if ("dense", e) not in self.staged:
+                bits = 0
+                for bit, _ in places:
+                    bits |= bit
+                by_mask.setdefault(bits, _Loop(mask=bits)).ops.extend(self._dense_ops(e, bits))
         return [by_mask[m] for m in sorted(by_mask, key=lambda m: (-bin(m).count("1"), m))]
 
     def declarations(self) -> list[str]:
         out = [f"real o_y[{self.layout.ny} * MC_W];"]
-        if self.tables:
-            out.append(f"real o_j[{max(self.nslots, 1)} * MC_W];")
+        if self.tables or self.dense:
+            size = max([self.nslots, 1] + [n for _, n, _ in self.dense])
+            out.append(f"real o_j[{size} * MC_W];")
         if self.ok is not None:
             out += ["int o_c[MC_W], o_it[MC_W];", "real o_r[MC_W];"]
         return out
@@ -833,14 +884,14 @@ class _Stores:
         if not self.check:
             return []
         slots = (["o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];"] +
-                 (["o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];"] if self.tables else []))
+                 (["o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];"] if self.tables or self.dense else []))
         # only the entries of the entry point's variant (a constant once V is inlined): a tangent
         # call of j2_voce_af has 36 of the block's 522 slots, and the whole array (67 KB) cost each
         # block with such a lane microseconds
         reach = "0"
         for bit, n in sorted(self.reach.items(), key=lambda kv: -kv[0]):
             reach = f"V == {bit} ? {n} : {reach}"
-        sizes = [str(self.layout.ny)] + ([f"({reach})"] if self.tables else [])
+        sizes = [str(self.layout.ny)] + ([f"({reach})"] if self.tables or self.dense else [])
         out = ["int mc_bad = 0;", "MC_LANES mc_bad |= mc_z[l] != mc_z[l];", "if (mc_bad) {"]
         out += [f"    for (int k = 0; k < {n} * MC_W; ++k) {line}" for n, line in zip(sizes, slots)]
         if self.ok is not None:
@@ -848,8 +899,19 @@ class _Stores:
         return out + ["}"]
 
     def lines(self) -> list[str]:
-        out = self.failed()
+        out = []
+        for bit, n, zeros in self.dense:  # a dense Jacobian's structural zeros, before NaN marking
+            if not zeros:
+                continue
+            value = "o_c[l] ? (real)0 : MC_NAN" if self.ok is not None else "(real)0"
+            entries = [str(k) for k in zeros]
+            out += [f"if (V == {bit}) {{", f"    static const int16_t jz{bit}[{len(zeros)}] = {{"]
+            out += ["        " + ", ".join(entries[k:k + 16]) + "," for k in range(0, len(entries), 16)]
+            out += ["    };", f"    for (int k = 0; k < {len(zeros)}; ++k) MC_LANES o_j[jz{bit}[k] * MC_W + l] = {value};", "}"]
+        out += self.failed()
         out.append(f"mc_store(a->y + i0 * a->ys, a->ys, o_y, {self.layout.ny}, nl, a->flags & MC_STREAM);")
+        for bit, n, _ in self.dense:
+            out.append(f"if (V == {bit}) mc_store(a->j + i0 * a->js, a->js, o_j, {n}, nl, a->flags & MC_STREAM);")
         lane = []
         zero = ("o_c[l] ? (real)0 : MC_NAN" if self.ok is not None else
                 "mc_z[l]" if self.check else "(real)0")  # mc_z: 0, NaN for a lane with a NaN input
@@ -885,6 +947,23 @@ class _Stores:
         if self.ok is not None:
             out.append("mc_store_status(a, i0, nl, o_c, o_it, o_r);")
         return out
+
+
+#: a Jacobian group goes out whole (_Stores._dense_group) where every variant of it has at least this
+#: share of its entries structurally nonzero; sparser ones go through the table of their entries
+DENSE_FRACTION = 0.5
+#: and at most this many entries a point (its staging and mc_store's are 2 x 16 x 8 bytes an entry on
+#: the stack: 150 KB at 600; chaboche2_coupled's total, 950, keeps its table)
+DENSE_MAX = 600
+
+
+def _dense(group) -> bool:
+    count = 0
+    for _, (nty, ntx), entries in group:
+        count += len(entries)  # (a later variant of the group holds the earlier ones' entries too)
+        if count < DENSE_FRACTION * nty * ntx or nty * ntx > DENSE_MAX:
+            return False
+    return True
 
 
 def _template():
