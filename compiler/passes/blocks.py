@@ -90,12 +90,30 @@ def regroup_blocks(program: Program, select: tuple[tuple[str, ...], tuple[str, .
                 defs[t] = sp.sympify(b) * r
                 cost[t] = 1 + sp.count_ops(b)
     entries = [[sp.sympify(e) for row in program.derivatives[key] for e in row] for key in keys]
-    reach = _Reach(defs)
-    used = set().union(*(reach.of(e) for es in entries for e in es))
+    # (defs are in program order, each reads only earlier ones: one pass, no recursion down a chain
+    # of statements as long as a large model's)
+    below: dict = {}
+    for s, v in defs.items():
+        acc = set()
+        for x in free(v):
+            if x in defs:
+                acc.add(x)
+                acc |= below[x]
+        below[s] = frozenset(acc)
+
+    def reach(e) -> set:
+        acc = set()
+        for x in free(e):
+            if x in defs:
+                acc.add(x)
+                acc |= below[x]
+        return acc
+
+    used = set().union(*(reach(e) for es in entries for e in es))
     old_ops = sum(cost[s] for s in used) + sum(sp.count_ops(e) for es in entries for e in es)
     per_block: dict[sp.Symbol, int] = {}
     for es in entries:
-        count = Tally(s for e in es for s in reach.of(e))
+        count = Tally(s for e in es for s in reach(e))
         for s, k in count.items():
             per_block[s] = max(per_block.get(s, 0), k)
 
@@ -106,14 +124,14 @@ def regroup_blocks(program: Program, select: tuple[tuple[str, ...], tuple[str, .
         # products, and whole powers; a division or a function call stays one value, computed once
         return v.is_Mul or v.is_Symbol or (v.is_Pow and v.exp.is_Integer and v.exp > 0)
 
-    memo: dict = {}
+    flat_defs: dict = {}  # each def with the defs it reads inlined where they are (program order)
+    for s, v in defs.items():
+        rule = {x: flat_defs[x] for x in free(v) if x in defs and inlined(x)}
+        flat_defs[s] = xreplace(v, rule) if rule else v
 
     def inline(e):
-        out = memo.get(e)
-        if out is None:
-            rule = {s: inline(defs[s]) for s in free(e) if s in defs and inlined(s)}
-            out = memo[e] = xreplace(e, rule) if rule else e
-        return out
+        rule = {x: flat_defs[x] for x in free(e) if x in defs and inlined(x)}
+        return xreplace(e, rule) if rule else e
 
     new_entries = []
     for es in entries:
@@ -129,14 +147,14 @@ def regroup_blocks(program: Program, select: tuple[tuple[str, ...], tuple[str, .
     while todo:
         s = todo.pop()
         kept.append(s)
-        for x in free(inline(defs[s])):
+        for x in free(flat_defs[s]):
             if x in defs and x not in seen:
                 seen.add(x)
                 todo.append(x)
     order = {s: k for k, s in enumerate(defs)}
     kept.sort(key=order.__getitem__)
     flat_entries = [e for es in new_entries for e in es]
-    replacements, reduced = _inline_numbers(*cse_exprs(flat_entries + [inline(defs[s]) for s in kept], counter))
+    replacements, reduced = _inline_numbers(*cse_exprs(flat_entries + [flat_defs[s] for s in kept], counter))
     new_ops = sum(sp.count_ops(v) for _, v in replacements) + sum(sp.count_ops(v) for v in reduced)
     if new_ops >= old_ops:
         return program
@@ -200,7 +218,7 @@ def _derivative_only(program: Program, body: list[Statement], free: FreeSymbols)
             need |= reads(st, free)
         else:
             raise InternalError(f"blocks: unexpected statement {type(st).__name__}")
-    # a removable statement read by a kept one became needed only after it was passed: redo
+    # (the backward pass saw every reader before the statement it reads: nothing kept reads one)
     kept_reads = set()
     for k, st in enumerate(body):
         if k not in out:
@@ -208,26 +226,6 @@ def _derivative_only(program: Program, body: list[Statement], free: FreeSymbols)
     if any(isinstance(body[k], Assign) and body[k].target in kept_reads for k in out):
         raise InternalError("blocks: a statement only derivatives read is read by a kept one")
     return sorted(out)
-
-
-class _Reach:
-    """The definitions an expression reads, directly or through other definitions (memoized)."""
-
-    def __init__(self, defs: dict):
-        self.defs = defs
-        self.memo: dict = {}
-        self.free = FreeSymbols()
-
-    def of(self, e) -> frozenset:
-        out = self.memo.get(e)
-        if out is None:
-            acc = set()
-            for s in self.free(e):
-                if s in self.defs:
-                    acc.add(s)
-                    acc |= self.of(self.defs[s])
-            out = self.memo[e] = frozenset(acc)
-        return out
 
 
 def _factors(term) -> list:
