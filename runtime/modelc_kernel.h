@@ -626,7 +626,7 @@ MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict
 #if defined(__AVX__)
     if (nt && nl == MC_W && ys == nc) {
         /* (a full Jacobian's block is hundreds of entries a point: its staging on the stack, line aligned) */
-        real qs[nc <= 128 ? MC_W * 128 + 8 : MC_W * nc + 8];
+        real qs[MC_W * nc + 8];
         real *q = (real *)(((uintptr_t)qs + 63) & ~(uintptr_t)63);
 #if MC_TILES
         const int n4 = nc & ~3;

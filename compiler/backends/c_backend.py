@@ -765,7 +765,10 @@ class _Stores:
         self.slots: dict[sp.Expr, int] = {}
         # entry -> the further slots that hold it: in a variant that returns every entry of its
         # block (a tangent), an entry equal to another (a symmetric tangent's (i, j) and (j, i))
-        # gets a slot of its own too, so the block is staged whole and goes out with mc_store
+        # gets a slot of its own too, so the block is staged whole and goes out with mc_store.
+        # (The dense groups' staging below could serve a whole tangent too; tried on 2026-11-29, the
+        # tangent entries then staged among the Jacobian's statements and j2_voce_af's tangent call
+        # measured 8% slower in one A/B, which this VM's library copies can also produce: kept as is.)
         self.copies: dict[sp.Expr, list[int]] = {}
         self.nslots = 0
         self.bits: dict[sp.Expr, int] = {}  # entry -> the variants that return it
@@ -824,9 +827,10 @@ class _Stores:
             places = [(bit, ks[i]) for bit, ks in by_bit.items() if i < len(ks)]
             bits = sum(bit for bit, _ in places)
             slot = str(places[-1][1])
-            for bit, k in reversed(places[:-1]):
-                slot = f"V == {bit} ? {k} : {slot}"
-            slot = slot if len(places) == 1 else f"({slot})"
+            if len({k for _, k in places}) > 1:  # (the same place in every variant: no V in it)
+                for bit, k in reversed(places[:-1]):
+                    slot = f"V == {bit} ? {k} : {slot}"
+                slot = f"({slot})"
             ops.append((None, f"{'' if mask & ~bits == 0 else f'if (V & {bits}) '}o_j[{slot} * MC_W + l]", self._value(sym)))
         return ops
 

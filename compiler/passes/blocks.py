@@ -12,7 +12,7 @@ This pass finds that form: the statements that only derivative blocks read (and 
 solves, as a division by the shared reciprocal of ``A``) are inlined into the entries, products
 always and sums where at most one entry of a block reads them (a sum read across a row or a column,
 such as a deviatoric flow direction's component, stays one symbol); each entry is expanded into a
-sum of products and regrouped by :func:`_group`, which takes out first the factor that the fewest
+sum of products and regrouped by :func:`modelc.passes.cse.take_out_factors`, which takes out first the factor that the fewest
 entries of the block hold (a column's or a row's own factor before one that every entry holds), so
 what is left inside is shared by ``cse`` along the other index. The regrouped statements replace
 the old ones only when they take fewer operations (``count_ops``), and an entry whose expansion
@@ -39,7 +39,7 @@ import sympy as sp
 from modelc.errors import InternalError
 from modelc.ir import Assign, LinearSolve, Newton, Program, Statement
 from modelc.ir.analysis import reads
-from modelc.passes.cse import _inline_numbers
+from modelc.passes.cse import _factors, _inline_numbers, take_out_factors
 from modelc.passes.symbols import Counter
 from modelc.symdag import FreeSymbols, cse as cse_exprs, expanded_terms, xreplace
 
@@ -140,7 +140,7 @@ def regroup_blocks(program: Program, select: tuple[tuple[str, ...], tuple[str, .
             return program
         flat = [sp.expand(e, power_exp=False, power_base=False, log=False) for e in flat]
         rare = Tally(f for e in flat for f in {f for t in sp.Add.make_args(e) for f in _factors(t)})
-        new_entries.append([_group(list(sp.Add.make_args(e)), rare) for e in flat])
+        new_entries.append([take_out_factors(list(sp.Add.make_args(e)), _rarest(rare)) for e in flat])
     kept: list[sp.Symbol] = []
     todo = sorted(free.union(e for es in new_entries for e in es) & defs.keys(), key=str)
     seen = set(todo)
@@ -228,33 +228,13 @@ def _derivative_only(program: Program, body: list[Statement], free: FreeSymbols)
     return sorted(out)
 
 
-def _factors(term) -> list:
-    return [a for a in sp.Mul.make_args(term) if not a.is_Number]
-
-
-def _group(terms: list, rare: Tally):
-    """The sum of ``terms`` with common factors taken out, greedily: first the factor held by at
-    least two terms that the fewest entries of the block hold (``rare``; ties: the most terms, then
-    the name), then again inside and over the rest."""
-    done = []
-    while len(terms) >= 2:
-        count = Tally(f for t in terms for f in set(_factors(t)))
+def _rarest(rare: Tally):
+    """``take_out_factors``' choice here: of the factors two terms or more hold, the one the fewest
+    entries of the block hold (ties: the most terms, then the name)."""
+    def pick(count: dict):
         shared = [f for f, k in count.items() if k >= 2]
-        if not shared:
-            break
-        f = min(shared, key=lambda f: (rare[f], -count[f], sp.default_sort_key(f)))
-        inner, rest = [], []
-        for t in terms:
-            (inner if f in _factors(t) else rest).append(t)
-        terms = rest
-        done.append(sp.Mul(f, _group([_without(t, f) for t in inner], rare)))
-    return sp.Add(*done, *terms)
-
-
-def _without(term, f):
-    args = list(sp.Mul.make_args(term))
-    args.remove(f)
-    return sp.Mul(*args)
+        return min(shared, key=lambda f: (rare[f], -count[f], sp.default_sort_key(f))) if shared else None
+    return pick
 
 
 def _ordered(statements: list[Assign], free: FreeSymbols) -> list[Assign]:

@@ -526,42 +526,54 @@ def _factor_sums(exprs: list) -> list:
     multiplication per entry instead of two and a subtraction."""
     memo: dict = {}
 
-    def factors(t) -> list:
-        return [a for a in sp.Mul.make_args(t) if not a.is_Number]
-
-    def group(terms: list):
-        # a loop over the remaining terms, not a recursion: a sum of 2000 terms that pair up made
-        # 1000 nested calls (Python's recursion limit); Add(f*(..), Add(g*(..), rest)) flattens
-        # to the same sum as Add(f*(..), g*(..), rest)
-        done = []
-        fs = [factors(t) for t in terms]
-        sets = [set(ft) for ft in fs]
-        while len(terms) >= 2:
-            count: dict = {}
-            for ft in fs:
-                for f in ft:
-                    count[f] = count.get(f, 0) + 1
-            best = max(count.values(), default=0)
-            if best < 2:
-                break
-            f = next(f for f, k in count.items() if k == best)  # the first met (dicts keep order)
-            inner = [t for t, st in zip(terms, sets) if f in st]
-            keep = [i for i, st in enumerate(sets) if f not in st]
-            terms, fs, sets = [terms[i] for i in keep], [fs[i] for i in keep], [sets[i] for i in keep]
-            done.append(sp.Mul(f, group([sp.Mul(*[a for a in sp.Mul.make_args(t) if a != f]) for t in inner])))
-        return sp.Add(*done, *terms)  # (one argument: that argument itself)
-
     def rewrite(e):
         if e.is_Atom or not e.args:
             return e
         out = memo.get(e)
         if out is None:
             args = tuple(rewrite(a) for a in e.args)
-            out = group(list(args)) if e.is_Add else rebuilt_like(e, args)
+            out = take_out_factors(list(args)) if e.is_Add else rebuilt_like(e, args)
             memo[e] = out
         return out
 
     return [rewrite(sp.sympify(e)) for e in exprs]
+
+
+def _most_terms(count: dict):
+    """The factor the most terms hold (the first met of those: dicts keep order), if two do."""
+    best = max(count.values(), default=0)
+    return next(f for f, k in count.items() if k == best) if best >= 2 else None
+
+
+def take_out_factors(terms: list, pick=_most_terms):
+    """The sum of ``terms`` with common factors taken out greedily: ``pick(count)`` (factor -> how
+    many terms hold it, in the order met) chooses one held by two terms or more, or None to stop;
+    then again inside the bracket and over the remaining terms. Only whole non-numeric factors
+    count. A loop over the remaining terms, not a recursion: a sum of 2000 terms that pair up made
+    1000 nested calls (Python's recursion limit); Add(f*(..), Add(g*(..), rest)) flattens to the
+    same sum as Add(f*(..), g*(..), rest). Used by :func:`_factor_sums` (the most terms first) and
+    :mod:`modelc.passes.blocks` (the factor the fewest entries of a block hold first)."""
+    done = []
+    fs = [_factors(t) for t in terms]
+    sets = [set(ft) for ft in fs]
+    while len(terms) >= 2:
+        count: dict = {}
+        for ft in fs:
+            for f in ft:
+                count[f] = count.get(f, 0) + 1
+        f = pick(count)
+        if f is None:
+            break
+        inner = [t for t, st in zip(terms, sets) if f in st]
+        keep = [i for i, st in enumerate(sets) if f not in st]
+        terms, fs, sets = [terms[i] for i in keep], [fs[i] for i in keep], [sets[i] for i in keep]
+        done.append(sp.Mul(f, take_out_factors([sp.Mul(*[a for a in sp.Mul.make_args(t) if a != f])
+                                                for t in inner], pick)))
+    return sp.Add(*done, *terms)  # (one argument: that argument itself)
+
+
+def _factors(t) -> list:
+    return [a for a in sp.Mul.make_args(t) if not a.is_Number]
 
 
 def _share_powers(exprs: list) -> list:
