@@ -626,7 +626,7 @@ MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict
 #if defined(__AVX__)
     if (nt && nl == MC_W && ys == nc) {
         /* (a full Jacobian's block is hundreds of entries a point: its staging on the stack, line aligned) */
-        real qs[MC_W * nc + 8];
+        real qs[MC_W * nc + 64 / sizeof(real)];  /* (the slack the alignment below may skip) */
         real *q = (real *)(((uintptr_t)qs + 63) & ~(uintptr_t)63);
 #if MC_TILES
         const int n4 = nc & ~3;
