@@ -425,8 +425,26 @@ def main(argv: list[str] | None = None) -> Path:
     ap.add_argument("--quick", action="store_true", help="small sizes, few repeats, no torch.compile")
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--tag", default="", help="added to the result file name")
+    ap.add_argument("--fresh-cache", action="store_true",
+                    help="compile every module and build every C library anew, in a new temporary cache "
+                         "folder ($MODELC_CACHE_DIR for the run): a long-lived cache can hold a library "
+                         "copy that runs up to 1.2x slower than a fresh one (docs/performance.md)")
     a = ap.parse_args(argv)
     device = torch.device(a.device)
+    saved_cache = os.environ.get("MODELC_CACHE_DIR")
+    if a.fresh_cache:  # before any model is loaded (the cache folder is read at each load)
+        os.environ["MODELC_CACHE_DIR"] = tempfile.mkdtemp(prefix="modelc-bench-")
+    try:
+        return _main(a, device)
+    finally:
+        if a.fresh_cache:  # (a caller in the same process, e.g. a test, gets its own cache back)
+            if saved_cache is None:
+                os.environ.pop("MODELC_CACHE_DIR", None)
+            else:
+                os.environ["MODELC_CACHE_DIR"] = saved_cache
+
+
+def _main(a: argparse.Namespace, device: torch.device) -> Path:
     if a.sizes is None:
         a.sizes = [100, 1000, 10000] if a.quick else (
             [10**k for k in range(3, 8)] if device.type == "cuda" else [10**k for k in range(2, 6)])
@@ -434,6 +452,8 @@ def main(argv: list[str] | None = None) -> Path:
         a.repeats, a.warmup, a.max_seconds = min(a.repeats, 5), 1, min(a.max_seconds, 1.0)
         a.impls = [i for i in a.impls if i != "compile"]
     notes: list[str] = []
+    if a.fresh_cache:
+        notes.append(f"modules and C libraries built anew for this run, in {os.environ['MODELC_CACHE_DIR']}")
     t_start = time.perf_counter()
     info = machine_info(device)
     bw = copy_bandwidth(device, 2**28 if device.type == "cuda" else 2**26)

@@ -19,6 +19,7 @@ Tolerances (relative to the largest magnitude of each reference array over the w
 from __future__ import annotations
 
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -299,3 +300,35 @@ def test_unknown_model_and_parameter_are_named() -> None:
         bl.make_step("no_such_model")
     with pytest.raises(ValueError, match="'K'"):
         bl.make_step("j2_perfect", {"K": 1.0})
+
+
+def test_benchmark_runner_builds_in_a_fresh_cache_when_asked(tmp_path: Path, monkeypatch) -> None:
+    """``--fresh-cache``: the run's C libraries are built in a new folder of their own (a long-lived
+    cache can hold a slow copy of a library, docs/performance.md), the report says where, the timed
+    routes still agree with the baseline, and the caller's cache setting is back afterwards."""
+    import json
+
+    from benchmarks import run
+
+    mine = tmp_path / "my-cache"
+    monkeypatch.setenv("MODELC_CACHE_DIR", str(mine))
+    seen = []
+    real = run.bench_config
+
+    def spy(*args, **kwargs):
+        seen.append(os.environ["MODELC_CACHE_DIR"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(run, "bench_config", spy)
+    path = run.main(["--models", "j2_perfect", "--sizes", "16", "--dtypes", "float64", "--tangent", "yes",
+                     "--impls", "modelc", "--repeats", "2", "--warmup", "0", "--fresh-cache",
+                     "--neml2-python", str(tmp_path / "none"), "--out", str(tmp_path / "out")])
+    assert os.environ["MODELC_CACHE_DIR"] == str(mine)
+    fresh = Path(seen[0])
+    assert fresh != mine and fresh.name.startswith("modelc-bench-") and not mine.exists()
+    built = sorted(p.name for p in (fresh / "c").glob("*.so"))
+    assert any(n.startswith("j2_perfect-") for n in built), built
+    res = json.loads(path.read_text())
+    assert any(str(fresh) in n for n in res["notes"]) and res["settings"]["fresh_cache"]
+    recs = [r for r in res["records"] if r["impl"].startswith("modelc-c")]
+    assert recs and all("error" not in r and r["points_per_s"] > 0 for r in recs), recs
