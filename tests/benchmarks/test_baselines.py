@@ -310,8 +310,11 @@ def test_benchmark_runner_builds_in_a_fresh_cache_when_asked(tmp_path: Path, mon
 
     from benchmarks import run
 
+    import tempfile
+
     mine = tmp_path / "my-cache"
     monkeypatch.setenv("MODELC_CACHE_DIR", str(mine))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # (the run's folder goes where pytest cleans up)
     seen = []
     real = run.bench_config
 
@@ -325,7 +328,7 @@ def test_benchmark_runner_builds_in_a_fresh_cache_when_asked(tmp_path: Path, mon
                      "--neml2-python", str(tmp_path / "none"), "--out", str(tmp_path / "out")])
     assert os.environ["MODELC_CACHE_DIR"] == str(mine)
     fresh = Path(seen[0])
-    assert fresh != mine and fresh.name.startswith("modelc-bench-") and not mine.exists()
+    assert fresh != mine and fresh.parent == tmp_path and fresh.name.startswith("modelc-bench-") and not mine.exists()
     built = sorted(p.name for p in (fresh / "c").glob("*.so"))
     assert any(n.startswith("j2_perfect-") for n in built), built
     res = json.loads(path.read_text())
